@@ -1,0 +1,95 @@
+"""The engine interface: given an agent, history and a tool runner, yield canonical events.
+
+Engines register by subclassing :class:`Engine` with a ``name``. They never choose a provider
+for themselves (the router does), never touch a transport, and report failures by raising
+:class:`EngineError` (or letting a provider SDK error propagate; the run service wraps it with
+the agent, engine, model and provider as context).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar
+
+from chat_app.events import RunEventBase
+
+if TYPE_CHECKING:
+    from agents_app.models import Agent
+    from tools_app.runner import ToolRunner
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_ENGINES: dict[str, type["Engine"]] = {}
+
+
+class EngineError(Exception):
+    """A run-ending engine failure with a readable message and a stable code."""
+
+    def __init__(self, message: str, *, code: str = "engine_error", retryable: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.retryable = retryable
+
+
+@dataclass
+class EngineResult:
+    """What an engine yields last: the final answer and what the run should record."""
+
+    text: str
+    usage: dict[str, Any] = field(default_factory=dict)
+    session_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EngineContext:
+    run_id: str
+    conversation_id: str
+    agent: "Agent"
+    model: str
+    user_input: str
+    # Earlier turns, oldest first: [{"role": "user"|"assistant", "content": str}].
+    history: list[dict[str, str]]
+    tools: "ToolRunner"
+    session_id: str = ""
+    system_prompt: str = ""
+    workspace: Path = Path(".")
+    options: dict[str, Any] = field(default_factory=dict)
+    # Loads another agent by role (for engines that delegate); None when unknown or disabled.
+    load_agent: Callable[[str], Awaitable["Agent | None"]] | None = None
+
+
+class Engine:
+    name: ClassVar[str] = ""
+    provider: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    # When this engine is unavailable (e.g. no API key), the router uses this engine instead.
+    fallback: ClassVar[str | None] = None
+    register: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("register", True):
+            return
+        if not _NAME_RE.match(cls.name or ""):
+            raise ValueError(f"invalid engine name {cls.name!r} on {cls.__qualname__}")
+        if cls.name in _ENGINES and _ENGINES[cls.name] is not cls:
+            raise ValueError(f"engine {cls.name!r} registered twice")
+        _ENGINES[cls.name] = cls
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this engine cannot run here (missing key, missing package), or None."""
+        return None
+
+    @classmethod
+    def default_model(cls) -> str:
+        return ""
+
+    def run(self, ctx: EngineContext) -> AsyncIterator[RunEventBase | EngineResult]:
+        raise NotImplementedError
+
+
+def registered_engines() -> dict[str, type[Engine]]:
+    return dict(_ENGINES)

@@ -1,0 +1,27 @@
+"""``manage.py serve``: migrate, load the default agents, ensure workspaces, run daphne."""
+import os
+import sys
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Migrate, load default agents and serve HTTP + WebSocket with daphne (default 127.0.0.1:8000)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--no-migrate", action="store_true")
+
+    def handle(self, *args, host, port, no_migrate, **options):
+        if not no_migrate:
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("load_default_agents")
+        settings.WORKSPACES_ROOT.mkdir(parents=True, exist_ok=True)
+        from daphne.cli import CommandLineInterface
+
+        self.stdout.write(f"Serving on http://{host}:{port}/ (HTTP + WebSocket, daphne)")
+        sys.stdout.flush()
+        CommandLineInterface().run(["-b", host, "-p", str(port), "--proxy-headers", settings.ASGI_APPLICATION.replace(".application", ":application")])

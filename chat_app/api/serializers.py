@@ -1,0 +1,57 @@
+"""Serializers for the chat REST API (seed 001 camelCase field names)."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from chat_app.models import Conversation, Message, Run, RunEvent
+
+
+class ConversationCreateInput(serializers.Serializer):
+    title = serializers.CharField(required=False, allow_blank=True, max_length=300, default="")
+    agentRole = serializers.SlugField(required=False, max_length=64)
+
+
+class ConversationOutput(serializers.ModelSerializer):
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
+    agentRole = serializers.SerializerMethodField()
+    sessionId = serializers.CharField(source="engine_session_id")
+
+    class Meta:
+        model = Conversation
+        fields = ["id", "title", "agentRole", "sessionId", "createdAt", "updatedAt"]
+
+    def get_agentRole(self, obj: Conversation) -> str | None:
+        return obj.agent.role if obj.agent_id else None
+
+
+class MessageOutput(serializers.ModelSerializer):
+    conversationId = serializers.UUIDField(source="conversation_id")
+    runId = serializers.UUIDField(source="run_id", allow_null=True)
+    createdAt = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = Message
+        fields = ["id", "conversationId", "runId", "role", "content", "metadata", "createdAt"]
+
+
+class RunEventOutput(serializers.ModelSerializer):
+    class Meta:
+        model = RunEvent
+        fields = ["seq", "event", "at", "payload"]
+
+
+class RunTimelineOutput(serializers.Serializer):
+    runId = serializers.UUIDField(source="id")
+    conversationId = serializers.UUIDField(source="conversation_id")
+    status = serializers.CharField()
+    engine = serializers.CharField()
+    model = serializers.CharField()
+    startedAt = serializers.DateTimeField(source="started_at")
+    endedAt = serializers.DateTimeField(source="ended_at", allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    usage = serializers.JSONField()
+    events = serializers.SerializerMethodField()
+
+    def get_events(self, obj: Run) -> list[dict]:
+        return RunEventOutput(self.context["events"], many=True).data

@@ -1,0 +1,52 @@
+"""Reads for the chat app. Another user's object is reported as not found, never forbidden."""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models import QuerySet
+
+from orchestrator_site.errors import NotFound
+
+from .models import Conversation, Message, Run, RunEvent
+
+
+def _uuid_or_none(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def conversation_list(*, user: Any) -> QuerySet[Conversation]:
+    return Conversation.objects.filter(owner=user).select_related("agent").order_by("-updated_at", "-created_at")
+
+
+def conversation_get(*, user: Any, conversation_id: Any) -> Conversation:
+    pk = _uuid_or_none(conversation_id)
+    conversation = Conversation.objects.select_related("agent").filter(id=pk, owner=user).first() if pk else None
+    if conversation is None:
+        raise NotFound("Conversation not found.", code="conversation_not_found")
+    return conversation
+
+
+def message_list(*, user: Any, conversation_id: Any) -> QuerySet[Message]:
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
+    return conversation.messages.order_by("created_at", "id")
+
+
+def run_get(*, user: Any, run_id: Any, not_found_code: str = "run_not_found") -> Run:
+    pk = _uuid_or_none(run_id)
+    run = (
+        Run.objects.select_related("conversation", "agent").filter(id=pk, conversation__owner=user).first()
+        if pk
+        else None
+    )
+    if run is None:
+        raise NotFound("Run not found.", code=not_found_code)
+    return run
+
+
+def run_timeline(*, user: Any, run_id: Any) -> tuple[Run, QuerySet[RunEvent]]:
+    run = run_get(user=user, run_id=run_id, not_found_code="run_timeline_not_found")
+    return run, run.events.order_by("seq")

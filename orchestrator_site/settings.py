@@ -1,0 +1,214 @@
+"""Django settings for the Agent Orchestrator.
+
+Every environment variable the service reads is read here, once, and listed in the README's
+configuration table with its default. The embedded defaults (SQLite, in-memory channel layer,
+offline ``mock`` engine) run everything on a machine with nothing but Python.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw not in (None, "") else default
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+# A fixed development key is fine for the embedded defaults; production must set its own.
+SECRET_KEY = env("DJANGO_SECRET_KEY", "dev-insecure-change-me-0123456789abcdefghijklmnopqrstuvwxyz")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "corsheaders",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "agents_app",
+    "chat_app",
+    "tools_app",
+]
+
+MIDDLEWARE = [
+    "corsheaders.middleware.CorsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "orchestrator_site.middleware.JsonErrorMiddleware",
+]
+# No GZip middleware on purpose: it would buffer server-sent events.
+
+ROOT_URLCONF = "orchestrator_site.urls"
+ASGI_APPLICATION = "orchestrator_site.asgi.application"
+WSGI_APPLICATION = "orchestrator_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASE_URL = env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
+# Persistent connections are not for async code: an idle open stream must not hold one.
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Concurrent runs are the normal case: WAL and a busy timeout avoid "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channels -------------------------------------------------------------------------------
+REDIS_URL = env("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Auth, passwords, i18n, static ----------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+LOGIN_URL = "/admin/login/"
+
+# Requests larger than this are refused with 413 (JSON body).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1_048_576)
+
+# --- CORS: all origins by default (seed 000, local front-end development) --------------------
+CORS_ALLOWED_ORIGINS = env_list("CORS_ALLOWED_ORIGINS", [])
+CORS_ALLOW_ALL_ORIGINS = not CORS_ALLOWED_ORIGINS
+CORS_ALLOW_CREDENTIALS = True
+CORS_EXPOSE_HEADERS = ["x-vercel-ai-ui-message-stream", "x-run-id", "x-conversation-id"]
+CSRF_TRUSTED_ORIGINS = [o for o in CORS_ALLOWED_ORIGINS if o.startswith("http")]
+
+# --- REST framework and OpenAPI -------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "orchestrator_site.auth.BearerOrTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "orchestrator_site.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "AI Agent Orchestrator",
+    "VERSION": "2.0.0",
+    "DESCRIPTION": "Runs AI agents through interchangeable engines; REST, SSE, WebSocket and ACP.",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Providers and engines ------------------------------------------------------------------
+ANTHROPIC_API_KEY = env("ANTHROPIC_AUTH_TOKEN") or env("ANTHROPIC_API_KEY")
+# The seed's custom gateway sends the token as a bearer token; the official API takes x-api-key.
+ANTHROPIC_AUTH_IS_BEARER = bool(env("ANTHROPIC_AUTH_TOKEN"))
+ANTHROPIC_BASE_URL = env("ANTHROPIC_BASE_URL") or None
+ANTHROPIC_MODEL = env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+ANTHROPIC_MAX_TOKENS = env_int("ANTHROPIC_MAX_TOKENS", 4096)
+OLLAMA_URL = env("OLLAMA_URL", "http://localhost:11434")
+OLLAMA_MODEL = env("OLLAMA_MODEL", "gpt-oss-20b")
+OLLAMA_TIMEOUT = env_float("OLLAMA_TIMEOUT", 60.0)
+DEFAULT_AGENT_ROLE = env("DEFAULT_AGENT_ROLE", "orchestrator")
+
+# --- Runs, streams, confirmations -----------------------------------------------------------
+WORKSPACES_ROOT = Path(env("WORKSPACES_ROOT", str(BASE_DIR / "workspaces"))).resolve()
+SSE_PING_INTERVAL = env_float("SSE_PING_INTERVAL", 15.0)
+RUN_TIMEOUT = env_float("RUN_TIMEOUT", 600.0)
+CONFIRMATION_TIMEOUT = env_float("CONFIRMATION_TIMEOUT", 300.0)
+# How often a waiting run re-reads its confirmation row in case a doorbell was lost.
+CONFIRMATION_RECHECK_INTERVAL = env_float("CONFIRMATION_RECHECK_INTERVAL", 1.0)
+# Recorded events are written in batches: at most this long after they were streamed.
+RUN_EVENT_FLUSH_INTERVAL = env_float("RUN_EVENT_FLUSH_INTERVAL", 0.25)
+
+# --- Tools ----------------------------------------------------------------------------------
+TOOL_TIMEOUT = env_float("TOOL_TIMEOUT", 30.0)
+TOOL_OUTPUT_LIMIT = env_int("TOOL_OUTPUT_LIMIT", 50_000)
+WEB_FETCH_TIMEOUT = env_float("WEB_FETCH_TIMEOUT", 10.0)
+WEB_FETCH_MAX_BYTES = env_int("WEB_FETCH_MAX_BYTES", 1_000_000)
+WEB_FETCH_ALLOW_PRIVATE = env_bool("WEB_FETCH_ALLOW_PRIVATE", False)
+MCP_FILESYSTEM_URL = env("MCP_FILESYSTEM_URL", "http://localhost:8001")
+MCP_TRADER_URL = env("MCP_TRADER_URL", "http://localhost:8002")
+MCP_BRIDGE_TIMEOUT = env_float("MCP_BRIDGE_TIMEOUT", 30.0)
+TOOL_ENV_ALLOWLIST = env_list("TOOL_ENV_ALLOWLIST", ["PATH", "LANG", "LC_ALL", "TZ"])
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "orchestrator": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+        "django.request": {"handlers": ["console"], "level": "ERROR"},
+    },
+}

@@ -1,0 +1,96 @@
+"""Shared fixtures: users with tokens, an isolated workspace root, the fake provider servers."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tests.fakes.fixtures import anthropic_server, ollama_server  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(settings, tmp_path: Path):
+    """Every test gets its own workspaces and fast timers; nothing leaks between tests."""
+    settings.WORKSPACES_ROOT = tmp_path / "workspaces"
+    settings.RUN_EVENT_FLUSH_INTERVAL = 0.05
+    settings.CONFIRMATION_RECHECK_INTERVAL = 0.2
+    settings.ANTHROPIC_API_KEY = ""
+    settings.ANTHROPIC_BASE_URL = None
+    from agents_app import router
+
+    router._warned.clear()
+    yield settings
+
+
+@pytest.fixture
+def agents(db):
+    """The default agents (transactional tests flush the rows the data migration made)."""
+    from agents_app.defaults import load_default_agents
+    from agents_app.models import Agent
+
+    load_default_agents()
+    return {a.role: a for a in Agent.objects.all()}
+
+
+@pytest.fixture
+def make_user(db, agents, django_user_model) -> Callable[..., Any]:
+    def make(username: str = "alice"):
+        return django_user_model.objects.create_user(username=username, password="pw-" + username)
+
+    return make
+
+
+@pytest.fixture
+def user(make_user):
+    return make_user("alice")
+
+
+@pytest.fixture
+def other_user(make_user):
+    return make_user("bob")
+
+
+def _token_for(user) -> str:
+    from rest_framework.authtoken.models import Token
+
+    return Token.objects.get_or_create(user=user)[0].key
+
+
+@pytest.fixture
+def token(user) -> str:
+    return _token_for(user)
+
+
+@pytest.fixture
+def api(user, token):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+@pytest.fixture
+def other_api(other_user):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {_token_for(other_user)}")
+    return client
+
+
+async def wait_for(predicate: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Await until ``predicate()`` (sync or async) is truthy; fail after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(interval)

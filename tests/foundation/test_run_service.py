@@ -1,0 +1,99 @@
+"""The run service on the mock engine: events in order, seq gapless, messages persisted."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chat_app import services
+from chat_app.models import Message, Run, RunEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def _collect(run_id: str) -> list:
+    return [e async for e in services.run_subscribe(run_id=run_id)]
+
+
+async def test_run_start_mock_streams_events_in_order(user):
+    created = await services.run_start(user=user, input="hello there friend", agent_role="coder")
+    events = await _collect(str(created.run.id))
+    names = [e.event for e in events]
+    assert names[0] == "agent.start"
+    assert names[-1] == "agent.end"
+    assert names.count("agent.delta") >= 2
+    assert names.index("agent.message") < names.index("agent.end")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    text = "".join(e.payload["text"] for e in events if e.event == "agent.delta")
+    assert text == "Mock reply from coder: hello there friend"
+    assert events[-1].payload["status"] == "succeeded"
+
+
+async def test_run_start_records_gapless_seq_in_database(user):
+    created = await services.run_start(user=user, input="one two three four five six seven", agent_role="coder")
+    events = await _collect(str(created.run.id))
+    rows = await sync_to_async(list)(RunEvent.objects.filter(run=created.run).order_by("seq").values_list("seq", "event"))
+    assert [r[0] for r in rows] == list(range(1, len(events) + 1))
+    assert [r[1] for r in rows] == [e.event for e in events]
+
+
+async def test_run_start_persists_user_then_assistant_message(user):
+    created = await services.run_start(user=user, input="persist me", agent_role="coder")
+    user_msgs = await sync_to_async(list)(Message.objects.filter(conversation=created.conversation, role="user"))
+    assert [m.content for m in user_msgs] == ["persist me"]
+    await _collect(str(created.run.id))
+    msgs = await sync_to_async(list)(Message.objects.filter(conversation=created.conversation).order_by("created_at"))
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[1].content == "Mock reply from coder: persist me"
+    run = await Run.objects.aget(id=created.run.id)
+    assert run.status == "succeeded" and run.ended_at is not None
+
+
+async def test_run_start_failure_ends_failed_with_readable_error(user):
+    created = await services.run_start(user=user, input="/fail the model is down", agent_role="coder")
+    events = await _collect(str(created.run.id))
+    assert events[-2].event == "error"
+    assert events[-1].payload["status"] == "failed"
+    assert "the model is down" in events[-1].payload["error"]
+    assert not await Message.objects.filter(conversation=created.conversation, role="assistant").aexists()
+
+
+async def test_run_start_second_turn_gets_history(user):
+    first = await services.run_start(user=user, input="remember apples", agent_role="coder")
+    await _collect(str(first.run.id))
+    second = await services.run_start(user=user, input="/recall", agent_role="coder",
+                                      conversation_id=str(first.conversation.id))
+    events = await _collect(str(second.run.id))
+    final = events[-1].payload["text"]
+    assert "user: remember apples" in final and "assistant: Mock reply from coder: remember apples" in final
+
+
+async def test_run_start_claude_without_key_falls_back_to_mock_with_warning(user, caplog):
+    caplog.set_level(logging.WARNING, logger="orchestrator.router")
+    created = await services.run_start(user=user, input="hi", agent_role="dev_efficiency_analyst")
+    events = await _collect(str(created.run.id))
+    assert created.run.engine == "mock"
+    assert "claude unavailable" in events[0].payload["routeNote"]
+    assert any("fall back to the mock engine" in r.getMessage() for r in caplog.records)
+    # Warned once per process, not once per run.
+    caplog.clear()
+    again = await services.run_start(user=user, input="hi again", agent_role="dev_efficiency_analyst")
+    await _collect(str(again.run.id))
+    assert not any("fall back" in r.getMessage() for r in caplog.records)
+
+
+async def test_run_subscribe_after_seq_replays_without_gap_or_duplicate(user):
+    created = await services.run_start(user=user, input="a b c d e f g h i j k l", agent_role="coder")
+    every = await _collect(str(created.run.id))
+    tail = [e async for e in services.run_subscribe(run_id=str(created.run.id), after_seq=3)]
+    assert [e.seq for e in tail] == [e.seq for e in every[3:]]
+
+
+async def test_run_cancel_ends_cancelled_without_assistant_message(user):
+    created = await services.run_start(user=user, input="/sleep 30\nslow", agent_role="coder")
+    run = await services.run_cancel(user=user, run_id=str(created.run.id))
+    assert run.status == "cancelled"
+    events = await _collect(str(created.run.id))
+    assert events[-1].payload["status"] == "cancelled"
+    assert not await Message.objects.filter(conversation=created.conversation, role="assistant").aexists()

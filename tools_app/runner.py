@@ -1,0 +1,196 @@
+"""The tool runner an engine is handed: offers allowed tools, asks a person when needed, runs.
+
+Every call goes through :meth:`ToolRunner.call`, which emits the ``tool.state`` transitions
+(``pending`` → [``awaiting_input`` →] ``running`` → ``succeeded``/``failed``, or ``denied``),
+records a ``role=tool`` message with the call and its result, and never raises for a tool's
+own failure: the model gets the error text back.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from chat_app.events import RunEventBase, ToolCallState, ToolStatus
+
+from .registry import Tool, ToolContext, ToolError, ToolResult, all_tools
+from .workspace import ensure_workspace
+
+if TYPE_CHECKING:
+    from agents_app.models import Agent
+    from chat_app.doorbell import RunDoorbell
+
+logger = logging.getLogger("orchestrator.tools")
+
+Emit = Callable[[RunEventBase], Awaitable[None]]
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        conversation_id: str,
+        agent: "Agent",
+        emit: Emit,
+        doorbell: "RunDoorbell | None" = None,
+        extra_tools: dict[str, Tool] | None = None,
+        config: dict[str, Any] | None = None,
+    ):
+        self.run_id = str(run_id)
+        self.conversation_id = str(conversation_id)
+        self.agent = agent
+        self.emit = emit
+        self.doorbell = doorbell
+        self.extra_tools = dict(extra_tools or {})
+        self.config = dict(config or {})
+        registry = all_tools()
+        self._builtin = {name: registry[name]() for name in (agent.allowed_tools or []) if name in registry}
+
+    # --- what the model is offered -----------------------------------------------------------
+    def names(self) -> list[str]:
+        return sorted({*self._builtin, *self.extra_tools})
+
+    def get(self, name: str) -> Tool | None:
+        return self._builtin.get(name) or self.extra_tools.get(name)
+
+    def specs(self) -> list[dict[str, Any]]:
+        return [self.get(name).spec() for name in self.names()]  # type: ignore[union-attr]
+
+    def requires_approval(self, name: str) -> bool:
+        tool = self.get(name)
+        default = bool(getattr(tool, "requires_approval", True))
+        return self.agent.tool_requires_approval(name, default)
+
+    # --- one call ------------------------------------------------------------------------------
+    async def call(self, *, tool_call_id: str, name: str, input: dict[str, Any]) -> ToolResult:
+        state = dict(tool_call_id=tool_call_id, name=name, input=input if isinstance(input, dict) else {"value": input})
+        await self.emit(ToolCallState(status=ToolStatus.PENDING, **state))
+        tool = self.get(name)
+        if tool is None:
+            allowed = ", ".join(self.names()) or "none"
+            result = ToolResult(f"Tool {name!r} is not available to this agent (available: {allowed}).", is_error=True)
+            await self._finish(state, ToolStatus.FAILED, result)
+            return result
+        if not isinstance(input, dict):
+            result = ToolResult(f"Tool {name!r} input must be a JSON object.", is_error=True)
+            await self._finish(state, ToolStatus.FAILED, result)
+            return result
+
+        confirmation_id: str | None = None
+        if self.requires_approval(name):
+            confirmation = await _confirmation_create(run_id=self.run_id, tool_call_id=tool_call_id, tool=name, input=input)
+            confirmation_id = str(confirmation.id)
+            await self.emit(ToolCallState(status=ToolStatus.AWAITING_INPUT, confirmation_id=confirmation_id, **state))
+            decision = await self._await_decision(confirmation_id)
+            if decision != "approved":
+                if decision == "denied":
+                    result = ToolResult("The user denied this tool call; it was not run.", is_error=True)
+                    await self._finish(state, ToolStatus.DENIED, result, confirmation_id=confirmation_id)
+                else:
+                    result = ToolResult("Nobody approved this tool call in time; it was not run.", is_error=True)
+                    await self._finish(state, ToolStatus.FAILED, result, confirmation_id=confirmation_id,
+                                       error="confirmation expired")
+                return result
+
+        await self.emit(ToolCallState(status=ToolStatus.RUNNING, confirmation_id=confirmation_id, **state))
+        context = ToolContext(
+            workspace=ensure_workspace(self.agent.workspace_path),
+            agent_role=self.agent.role,
+            run_id=self.run_id,
+            tool_call_id=tool_call_id,
+            config=self.config,
+        )
+        try:
+            result = await tool.run(input=input, context=context)
+        except ToolError as exc:
+            result = ToolResult(str(exc), is_error=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken tool must not end the run
+            logger.exception("tool %s crashed in run %s", name, self.run_id)
+            result = ToolResult(f"Tool {name} failed unexpectedly: {type(exc).__name__}: {exc}", is_error=True)
+        status = ToolStatus.FAILED if result.is_error else ToolStatus.SUCCEEDED
+        await self._finish(state, status, result, confirmation_id=confirmation_id)
+        return result
+
+    async def _finish(self, state: dict[str, Any], status: str, result: ToolResult, *,
+                      confirmation_id: str | None = None, error: str | None = None) -> None:
+        if status == ToolStatus.SUCCEEDED:
+            event = ToolCallState(status=status, output=result.output, confirmation_id=confirmation_id, **state)
+        else:
+            event = ToolCallState(status=status, error=error or result.output, confirmation_id=confirmation_id, **state)
+        await self.emit(event)
+        await _tool_message_create(
+            conversation_id=self.conversation_id,
+            run_id=self.run_id,
+            content=result.output,
+            metadata={
+                "toolCallId": state["tool_call_id"],
+                "name": state["name"],
+                "input": state["input"],
+                "status": status,
+                "isError": result.is_error,
+                **({"confirmationId": confirmation_id} if confirmation_id else {}),
+            },
+        )
+        if confirmation_id:
+            await _confirmation_set_output(confirmation_id=confirmation_id, output=result.output)
+
+    async def _await_decision(self, confirmation_id: str) -> str:
+        """Wait for approve/deny: rung by the doorbell, re-checked on a timer, expired at the deadline."""
+        from .models import ToolConfirmation
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(settings.CONFIRMATION_TIMEOUT)
+        recheck = float(settings.CONFIRMATION_RECHECK_INTERVAL)
+        key = f"confirmation:{confirmation_id}"
+        while True:
+            status = await ToolConfirmation.objects.filter(id=confirmation_id).values_list("status", flat=True).afirst()
+            if status != ToolConfirmation.Status.PENDING:
+                return status or "expired"
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                expired = await ToolConfirmation.objects.filter(
+                    id=confirmation_id, status=ToolConfirmation.Status.PENDING
+                ).aupdate(status=ToolConfirmation.Status.EXPIRED, decided_at=timezone.now())
+                if expired:
+                    return "expired"
+                continue  # decided at the last moment: read the decision
+            if self.doorbell is not None:
+                await self.doorbell.wait(key, min(recheck, remaining))
+            else:
+                await asyncio.sleep(min(recheck, remaining))
+
+
+@sync_to_async
+def _confirmation_create(*, run_id: str, tool_call_id: str, tool: str, input: dict[str, Any]):
+    from .models import ToolConfirmation
+
+    return ToolConfirmation.objects.create(
+        run_id=run_id,
+        tool_call_id=tool_call_id,
+        tool=tool,
+        input=input,
+        expires_at=timezone.now() + timedelta(seconds=float(settings.CONFIRMATION_TIMEOUT)),
+    )
+
+
+@sync_to_async
+def _confirmation_set_output(*, confirmation_id: str, output: str) -> None:
+    from .models import ToolConfirmation
+
+    ToolConfirmation.objects.filter(id=confirmation_id).update(output=output[:100_000])
+
+
+@sync_to_async
+def _tool_message_create(*, conversation_id: str, run_id: str, content: str, metadata: dict[str, Any]) -> None:
+    from chat_app.models import Message
+
+    Message.objects.create(conversation_id=conversation_id, run_id=run_id, role=Message.Role.TOOL,
+                           content=content, metadata=metadata)
