@@ -1,10 +1,13 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels."""
 import os
 
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator_site.settings")
-django_asgi_app = get_asgi_application()
+# Static files (admin, the offline Swagger UI assets, the chat page) are served by the app itself
+# so the two-command quick start needs no web server or collectstatic step.
+django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

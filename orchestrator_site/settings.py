@@ -135,7 +135,9 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 # Requests larger than this are refused with 413 (JSON body).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1_048_576)
@@ -176,6 +178,10 @@ ANTHROPIC_AUTH_IS_BEARER = bool(env("ANTHROPIC_AUTH_TOKEN"))
 ANTHROPIC_BASE_URL = env("ANTHROPIC_BASE_URL") or None
 ANTHROPIC_MODEL = env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
 ANTHROPIC_MAX_TOKENS = env_int("ANTHROPIC_MAX_TOKENS", 4096)
+# Overall deadline for one Messages API request (the whole streamed answer), in seconds.
+ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 120.0)
+# Passed to the SDK, which retries 408/409/429/5xx/529 itself; nothing else retries.
+ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 2)
 OLLAMA_URL = env("OLLAMA_URL", "http://localhost:11434")
 OLLAMA_MODEL = env("OLLAMA_MODEL", "gpt-oss-20b")
 OLLAMA_TIMEOUT = env_float("OLLAMA_TIMEOUT", 60.0)

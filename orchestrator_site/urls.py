@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from agents_app.api import AgentListApi, HealthApi
+from chat_app.ui import ChatPageView
 
 urlpatterns = [
     path("health", HealthApi.as_view(), name="health"),
@@ -12,6 +13,8 @@ urlpatterns = [
     path("docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", ChatPageView.as_view(), name="chat-page"),
     path("", include("chat_app.urls")),
 ]
 
