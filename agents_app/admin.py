@@ -1,11 +1,29 @@
+from django import forms
 from django.contrib import admin
 from django.utils.html import format_html
 
 from .models import Agent
 
 
+class AgentAdminForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = "__all__"
+
+    def clean_mcp_servers(self):
+        from tools_app.mcp_client import McpConfigError, validate_mcp_servers
+
+        value = self.cleaned_data.get("mcp_servers")
+        try:
+            validate_mcp_servers(value)
+        except McpConfigError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return value
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentAdminForm
     list_display = ["role", "display_name", "name_zh", "engine", "model", "enabled", "updated_at"]
     list_filter = ["engine", "enabled"]
     search_fields = ["role", "display_name", "name_zh", "description"]

@@ -29,7 +29,8 @@ def validate_tool_names(value) -> None:
 def validate_approval_overrides(value) -> None:
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, bool) for k, v in value.items()):
         raise ValidationError('Approval overrides must map tool names to true/false, e.g. {"bash": false}.')
-    validate_tool_names(list(value))
+    # MCP tools (mcp__<server>__<tool>) exist only while a run has their server connected.
+    validate_tool_names([name for name in value if not name.startswith("mcp__")])
 
 
 class Agent(models.Model):

@@ -23,6 +23,8 @@ LIVE_RUNS: dict[str, "LiveRun"] = {}
 # How long a finished run stays in memory for late subscribers before they read the database.
 _LINGER_SECONDS = 30.0
 _DB_POLL_SECONDS = 0.3
+# How long a database reader waits for agent.end after it sees the run's terminal status.
+_TERMINAL_GRACE_SECONDS = 3.0
 
 
 class LiveRun:
@@ -108,14 +110,28 @@ async def subscribe(run_id: str, after_seq: int = 0) -> AsyncIterator[RecordedEv
             yield item
         return
     last = after_seq
+    ended_at: float | None = None
     while True:
         status = await Run.objects.filter(id=run_id).values_list("status", flat=True).afirst()
         rows = [r async for r in RunEvent.objects.filter(run_id=run_id, seq__gt=last).order_by("seq")]
         for row in rows:
             last = row.seq
             yield RecordedEvent(run_id=run_id, seq=row.seq, event=row.event, at=row.at.isoformat(), payload=row.payload)
-        if status is None or status in Run.TERMINAL:
+            if row.event == "agent.end":
+                return
+        if status is None:
             return
+        if status in Run.TERMINAL:
+            # The status is committed a moment before the run's last events (agent.message,
+            # agent.end) are flushed: keep reading until agent.end, but not forever (a process
+            # that died mid-run never writes it).
+            if await RunEvent.objects.filter(run_id=run_id, event="agent.end").aexists():
+                if not await RunEvent.objects.filter(run_id=run_id, seq__gt=last).aexists():
+                    return
+                continue
+            ended_at = ended_at if ended_at is not None else asyncio.get_running_loop().time()
+            if asyncio.get_running_loop().time() - ended_at > _TERMINAL_GRACE_SECONDS:
+                return
         live = LIVE_RUNS.get(run_id)
         if live is not None:  # the run started here meanwhile
             async for item in live.subscribe(last):

@@ -9,6 +9,7 @@ connection: a transport that goes away just stops reading, unless it asks for
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import uuid
 from dataclasses import dataclass
@@ -113,10 +114,13 @@ async def run_launch(*, run: Run, history: list[dict[str, str]] | None = None, o
     spec = getattr(run, "_launch_spec", {})
     live = runtime.LiveRun(run_id)
     runtime.register(live)
+    # A fresh context: the run must not inherit the launching request's thread-sensitive
+    # executor (asgiref), which is shut down when that request ends.
     live.task = asyncio.create_task(
         _execute(live, history=history if history is not None else spec.get("history"),
                  options=options if options is not None else spec.get("options") or {}),
         name=f"run-{run_id}",
+        context=contextvars.Context(),
     )
 
 
@@ -221,12 +225,19 @@ async def _run_engine(*, run: Run, agent: Agent, live: runtime.LiveRun, doorbell
             options=options, load_agent=_load_agent,
         )
         result: EngineResult | None = None
-        async with asyncio.timeout(float(options.get("timeout") or settings.RUN_TIMEOUT)):
-            async for item in engine_cls().run(ctx):
-                if isinstance(item, EngineResult):
-                    result = item
-                elif isinstance(item, RunEventBase):
-                    await live.emit(item)
+        seconds = float(options.get("timeout") or settings.RUN_TIMEOUT)
+        deadline = asyncio.timeout(seconds)
+        try:
+            async with deadline:
+                async for item in engine_cls().run(ctx):
+                    if isinstance(item, EngineResult):
+                        result = item
+                    elif isinstance(item, RunEventBase):
+                        await live.emit(item)
+        except TimeoutError as exc:
+            if deadline.expired():  # this run's own deadline (RUN_TIMEOUT or options["timeout"])
+                raise EngineError(f"Run timed out after {seconds:g} s.", code="run_timeout") from exc
+            raise
         if result is None:
             raise EngineError("The engine ended without an answer.", code="no_answer")
         return result

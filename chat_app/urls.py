@@ -1,9 +1,18 @@
 from django.urls import path
 
-from .api import views
+from .api import agent_chat, seed000, seed003, views
+from .api.assistant_ui import AssistantUiChatApi
 
 urlpatterns = [
     path("v1/conversations", views.ConversationListCreateApi.as_view(), name="conversations"),
     path("v1/conversations/<str:conversation_id>/messages", views.ConversationMessagesApi.as_view(), name="conversation-messages"),
     path("v1/agent/runs/<str:run_id>/timeline", views.RunTimelineApi.as_view(), name="run-timeline"),
+    path("v1/agent/chat", agent_chat.AgentChatApi.as_view(), name="agent-chat"),
+    path("v1/agent/runs/<str:run_id>/events", agent_chat.RunEventsApi.as_view(), name="run-events"),
+    path("v1/agent/runs/<str:run_id>/cancel", agent_chat.RunCancelApi.as_view(), name="run-cancel"),
+    # Seed 003 (its path has no /v1 prefix; the /v1 alias keeps the API surface uniform).
+    path("conversations/<str:conversation_id>/messages/stream", seed003.ConversationMessageStreamApi.as_view(), name="seed003-message-stream"),
+    path("v1/conversations/<str:conversation_id>/messages/stream", seed003.ConversationMessageStreamApi.as_view(), name="seed003-message-stream-v1"),
+    path("api/v1/chat/stream", seed000.ChatStreamApi.as_view(), name="seed000-chat-stream"),
+    path("chat", AssistantUiChatApi.as_view(), name="assistant-ui-chat"),
 ]

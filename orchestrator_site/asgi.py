@@ -10,14 +10,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator_site.settings")
 django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from chat_app.routing import websocket_urlpatterns  # noqa: E402
-from orchestrator_site.ws_auth import TokenOrSessionAuthMiddleware  # noqa: E402
+from orchestrator_site.ws_auth import TokenOrSessionAuthMiddleware, WebSocketOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns))),
+        "websocket": WebSocketOriginValidator(TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -206,6 +206,8 @@ WEB_FETCH_ALLOW_PRIVATE = env_bool("WEB_FETCH_ALLOW_PRIVATE", False)
 MCP_FILESYSTEM_URL = env("MCP_FILESYSTEM_URL", "http://localhost:8001")
 MCP_TRADER_URL = env("MCP_TRADER_URL", "http://localhost:8002")
 MCP_BRIDGE_TIMEOUT = env_float("MCP_BRIDGE_TIMEOUT", 30.0)
+# Agent/request MCP servers (tools_app/mcp_client.py): time to start or reach one and list its tools.
+MCP_CONNECT_TIMEOUT = env_float("MCP_CONNECT_TIMEOUT", 30.0)
 TOOL_ENV_ALLOWLIST = env_list("TOOL_ENV_ALLOWLIST", ["PATH", "LANG", "LC_ALL", "TZ"])
 
 LOGGING = {

@@ -16,6 +16,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", ChatPageView.as_view(), name="chat-page"),
     path("", include("chat_app.urls")),
+    path("", include("tools_app.urls")),
 ]
 
 handler404 = "orchestrator_site.views.not_found"

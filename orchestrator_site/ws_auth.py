@@ -5,6 +5,9 @@ from urllib.parse import parse_qs
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
+from channels.security.websocket import OriginValidator
+from django.conf import settings
+from django.http.request import is_same_domain
 from django.contrib.auth.models import AnonymousUser
 
 
@@ -31,3 +34,27 @@ class _TokenQueryMiddleware:
 
 def TokenOrSessionAuthMiddleware(inner):  # noqa: N802 - reads like the channels middleware stacks
     return AuthMiddlewareStack(_TokenQueryMiddleware(inner))
+
+
+class WebSocketOriginValidator(OriginValidator):
+    """Refuses WebSockets opened by pages on foreign origins; allows clients that send no Origin.
+
+    Browsers always send ``Origin``, so checking it stops other sites from opening sockets with a
+    visitor's session cookie. Non-browser clients (scripts, native apps) send none and
+    authenticate with ``?token=``; refusing them would protect nothing. Allowed: the
+    ``ALLOWED_HOSTS`` names (any port) and the explicit ``CORS_ALLOWED_ORIGINS``.
+    """
+
+    def __init__(self, application):
+        super().__init__(application, [*settings.ALLOWED_HOSTS, *settings.CORS_ALLOWED_ORIGINS])
+
+    def valid_origin(self, parsed_origin):
+        if parsed_origin is None:
+            return True
+        return self.validate_origin(parsed_origin)
+
+    def match_allowed_origin(self, parsed_origin, pattern):
+        if "://" in pattern:  # an explicit origin: scheme, host and port must all match
+            return super().match_allowed_origin(parsed_origin, pattern)
+        host = parsed_origin.hostname or ""
+        return bool(host) and is_same_domain(host, pattern.strip("[]") if host.count(":") else pattern)

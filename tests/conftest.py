@@ -10,6 +10,18 @@ import pytest
 from tests.fakes.fixtures import anthropic_server, ollama_server  # noqa: F401
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
+    """SQLite tests use a database file (WAL + busy timeout, as the server does), not shared-cache
+    memory: there, a request thread reading while a run's thread writes fails at once with
+    "database table is locked" instead of waiting, which daphne-like tests hit."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.getbasetemp() / "test-db.sqlite3")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(settings, tmp_path: Path):
     """Every test gets its own workspaces and fast timers; nothing leaks between tests."""

@@ -7,6 +7,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from chat_app.api.serializers import StrictCharField
+
 from . import selectors, services
 from .models import ToolConfirmation
 
@@ -27,7 +29,7 @@ class ToolConfirmationOutput(serializers.ModelSerializer):
 
 
 class ToolConfirmationDecisionInput(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    reason = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class ToolConfirmationListApi(APIView):

@@ -1,13 +1,36 @@
-"""The Claude tool-use engine (official ``anthropic`` SDK). The loop lands with the seed-000 work."""
+"""The Claude tool-use engine (official ``anthropic`` SDK, raw streaming events).
+
+One run is a loop of Messages API requests: stream the answer (text deltas go out as they
+arrive), collect the ``tool_use`` blocks (their ``input_json_delta`` fragments joined and parsed
+once, at ``content_block_stop``), run the tools through the agent's :class:`ToolRunner` (which
+emits the ``tool.state`` events and handles approvals), send the ``tool_result`` blocks back, and
+go on until the model stops asking for tools or ``agent.max_steps`` requests were made.
+
+Provider failures become :class:`EngineError` with a stable code (see :func:`classify_error`).
+The SDK already retries 408/409/429/5xx/529 ``ANTHROPIC_MAX_RETRIES`` times; no retry loop here.
+Each request has an overall deadline, ``ANTHROPIC_TIMEOUT`` seconds, covering the whole stream.
+"""
 from __future__ import annotations
 
-from typing import AsyncIterator
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
 
+import anthropic
+import httpx2
 from django.conf import settings
 
-from chat_app.events import RunEventBase
+from chat_app.events import RunEventBase, TextDelta
 
 from .base import Engine, EngineContext, EngineError, EngineResult
+
+logger = logging.getLogger("orchestrator.engines.claude")
+
+# Between the text of two model requests (before and after tools), so the answer reads well.
+_TURN_SEPARATOR = "\n\n"
 
 
 class ClaudeEngine(Engine):
@@ -27,5 +50,358 @@ class ClaudeEngine(Engine):
         return settings.ANTHROPIC_MODEL
 
     async def run(self, ctx: EngineContext) -> AsyncIterator[RunEventBase | EngineResult]:
-        raise EngineError("The Claude engine is not implemented yet.", code="not_implemented")
-        yield  # pragma: no cover
+        model = ctx.model or settings.ANTHROPIC_MODEL
+        client = _make_client()
+        base_url = str(client.base_url)
+        messages: list[dict[str, Any]] = [
+            {"role": item["role"], "content": item["content"]} for item in ctx.history if item.get("content")
+        ]
+        messages.append({"role": "user", "content": ctx.user_input})
+        params: dict[str, Any] = {"model": model, "max_tokens": int(settings.ANTHROPIC_MAX_TOKENS)}
+        if ctx.system_prompt:
+            params["system"] = ctx.system_prompt
+        tool_specs = ctx.tools.specs()
+        if tool_specs:
+            params["tools"] = tool_specs
+        usage: dict[str, int] = {}
+        said: list[str] = []
+        stop_reason: str | None = None
+        max_steps = max(1, int(getattr(ctx.agent, "max_steps", 10) or 10))
+        steps = 0
+        try:
+            while True:
+                steps += 1
+                turn = _Turn()
+                try:
+                    async for event in _stream_request(client, {**params, "messages": messages}):
+                        text = turn.feed(event)
+                        if text:
+                            if not turn.spoke and said:
+                                said.append(_TURN_SEPARATOR)
+                                yield TextDelta(text=_TURN_SEPARATOR)
+                            turn.spoke = True
+                            said.append(text)
+                            yield TextDelta(text=text)
+                except Exception as exc:  # noqa: BLE001 - every provider failure becomes an EngineError
+                    raise classify_error(exc, model=model, base_url=base_url, run_id=ctx.run_id) from exc
+                _add_usage(usage, turn.usage)
+                stop_reason = turn.stop_reason
+                tool_uses = [b for b in turn.blocks if b.type == "tool_use"]
+                if stop_reason != "tool_use" or not tool_uses:
+                    break
+                if steps >= max_steps:
+                    note = f"[Stopped: the step limit of {max_steps} model requests was reached.]"
+                    if said:
+                        said.append(_TURN_SEPARATOR)
+                        yield TextDelta(text=_TURN_SEPARATOR)
+                    said.append(note)
+                    yield TextDelta(text=note)
+                    stop_reason = "step_limit"
+                    break
+                messages.append({"role": "assistant", "content": [b.to_param() for b in turn.blocks if b.to_param()]})
+                results = []
+                for block in tool_uses:
+                    # A bad JSON document is passed on as a string: the runner refuses it readably.
+                    tool_input: Any = block.input if block.input_error is None else block.raw_json
+                    result = await ctx.tools.call(tool_call_id=block.id, name=block.name, input=tool_input)
+                    results.append({
+                        "type": "tool_result",
+                        "tool_use_id": block.id,
+                        "content": result.output or "(no output)",
+                        "is_error": bool(result.is_error),
+                    })
+                messages.append({"role": "user", "content": results})
+        finally:
+            await client.close()
+        yield EngineResult(
+            text="".join(said),
+            usage=usage,
+            session_id=ctx.session_id or f"claude-{uuid.uuid4().hex}",
+            metadata={"stopReason": stop_reason, "steps": steps},
+        )
+
+
+def _make_client() -> anthropic.AsyncAnthropic:
+    key = settings.ANTHROPIC_API_KEY
+    auth = {"auth_token": key} if getattr(settings, "ANTHROPIC_AUTH_IS_BEARER", False) else {"api_key": key}
+    timeout = float(getattr(settings, "ANTHROPIC_TIMEOUT", 120.0))
+    return anthropic.AsyncAnthropic(
+        **auth,
+        base_url=settings.ANTHROPIC_BASE_URL or None,
+        max_retries=int(getattr(settings, "ANTHROPIC_MAX_RETRIES", 2)),
+        # The SDK's per-read timeout; the overall deadline is enforced in _stream_request.
+        timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
+    )
+
+
+class _RequestDeadline(Exception):
+    def __init__(self, seconds: float):
+        super().__init__(f"no complete answer within {seconds:g} s")
+        self.seconds = seconds
+
+
+async def _stream_request(client: anthropic.AsyncAnthropic, params: dict[str, Any]) -> AsyncIterator[Any]:
+    """Raw stream events of one request, under an overall ``ANTHROPIC_TIMEOUT`` deadline.
+
+    The request runs in its own task so the deadline cancels only the HTTP read, never whatever
+    the caller is doing with a yielded event (a timeout scope around a ``yield`` would).
+    """
+    seconds = float(getattr(settings, "ANTHROPIC_TIMEOUT", 120.0))
+    queue: asyncio.Queue = asyncio.Queue()
+    end = object()
+
+    async def produce() -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                stream = await client.messages.create(**params, stream=True)
+                async with stream:
+                    async for event in stream:
+                        queue.put_nowait(event)
+            queue.put_nowait(end)
+        except TimeoutError:
+            queue.put_nowait(_RequestDeadline(seconds))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which classifies it
+            queue.put_nowait(exc)
+
+    task = asyncio.create_task(produce(), name="claude-request")
+    try:
+        while True:
+            item = await queue.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        if not task.done():
+            task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - already reported through the queue
+            pass
+
+
+# --- one model response, accumulated from raw events -------------------------------------------
+
+@dataclass
+class _Block:
+    type: str
+    text: str = ""
+    id: str = ""
+    name: str = ""
+    input: dict[str, Any] = field(default_factory=dict)
+    json_parts: list[str] = field(default_factory=list)
+    raw_json: str = ""
+    input_error: str | None = None
+    thinking: str = ""
+    signature: str = ""
+    data: str = ""
+
+    def finish(self) -> None:
+        if self.type != "tool_use":
+            return
+        self.raw_json = "".join(self.json_parts)
+        self.json_parts = []
+        if not self.raw_json.strip():
+            return  # no arguments: keep the (empty) input from content_block_start
+        try:
+            parsed = json.loads(self.raw_json)
+        except ValueError as exc:
+            self.input_error = str(exc)
+            return
+        if isinstance(parsed, dict):
+            self.input = parsed
+        else:
+            self.input_error = "tool input is not a JSON object"
+
+    def to_param(self) -> dict[str, Any] | None:
+        """The block as sent back to the API in the assistant turn (None: leave it out)."""
+        if self.type == "text":
+            return {"type": "text", "text": self.text} if self.text else None
+        if self.type == "tool_use":
+            return {"type": "tool_use", "id": self.id, "name": self.name,
+                    "input": self.input if self.input_error is None else {}}
+        if self.type == "thinking":
+            return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+        if self.type == "redacted_thinking":
+            return {"type": "redacted_thinking", "data": self.data}
+        return None
+
+
+class _Turn:
+    """Accumulates one streamed response: content blocks, stop reason, usage."""
+
+    def __init__(self) -> None:
+        self.blocks: list[_Block] = []
+        self._by_index: dict[int, _Block] = {}
+        self.stop_reason: str | None = None
+        self.usage: dict[str, int] = {}
+        self.spoke = False
+
+    def feed(self, event: Any) -> str:
+        """Take one raw event; returns the text it adds to the answer (often empty)."""
+        kind = getattr(event, "type", "")
+        if kind == "message_start":
+            self.usage = _usage_dict(event.message.usage)
+        elif kind == "content_block_start":
+            cb = event.content_block
+            block = _Block(type=cb.type)
+            if cb.type == "tool_use":
+                block.id, block.name = cb.id, cb.name
+                block.input = dict(cb.input) if isinstance(cb.input, dict) else {}
+            elif cb.type == "text":
+                block.text = cb.text or ""
+            elif cb.type == "redacted_thinking":
+                block.data = getattr(cb, "data", "")
+            self._by_index[event.index] = block
+            self.blocks.append(block)
+            return block.text
+        elif kind == "content_block_delta":
+            block = self._by_index.get(event.index)
+            delta = event.delta
+            if block is None:
+                return ""
+            if delta.type == "text_delta":
+                block.text += delta.text
+                return delta.text
+            if delta.type == "input_json_delta":
+                block.json_parts.append(delta.partial_json)
+            elif delta.type == "thinking_delta":
+                block.thinking += delta.thinking
+            elif delta.type == "signature_delta":
+                block.signature += delta.signature
+        elif kind == "content_block_stop":
+            block = self._by_index.get(event.index)
+            if block is not None:
+                block.finish()
+        elif kind == "message_delta":
+            self.stop_reason = event.delta.stop_reason
+            self.usage.update(_usage_dict(event.usage))
+        return ""
+
+
+def _usage_dict(usage: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+        value = getattr(usage, key, None)
+        if isinstance(value, int):
+            out[key] = value
+    return out
+
+
+def _add_usage(total: dict[str, int], turn: dict[str, int]) -> None:
+    total.setdefault("input_tokens", 0)
+    total.setdefault("output_tokens", 0)
+    for key, value in turn.items():
+        total[key] = total.get(key, 0) + value
+
+
+# --- provider errors -----------------------------------------------------------------------------
+
+# (code, retryable) by HTTP status, and by the error body's ``type`` (a 200 stream's error event).
+_BY_STATUS = {
+    400: "invalid_request", 401: "authentication_failed", 402: "billing_error", 403: "permission_denied",
+    404: "model_not_found", 408: "provider_timeout", 413: "request_too_large", 429: "rate_limited",
+    504: "provider_timeout", 529: "provider_overloaded",
+}
+_BY_TYPE = {
+    "invalid_request_error": "invalid_request", "authentication_error": "authentication_failed",
+    "billing_error": "billing_error", "permission_error": "permission_denied", "not_found_error": "model_not_found",
+    "request_too_large": "request_too_large", "rate_limit_error": "rate_limited", "api_error": "provider_error",
+    "timeout_error": "provider_timeout", "overloaded_error": "provider_overloaded",
+}
+_RETRYABLE = {"rate_limited", "provider_error", "provider_overloaded", "provider_timeout", "provider_unreachable",
+              "provider_disconnected"}
+
+
+def classify_error(exc: BaseException, *, model: str, base_url: str, run_id: str = "") -> EngineError:
+    """Turn an SDK or transport failure into a readable :class:`EngineError` and log it."""
+    status: int | None = None
+    error_type: str | None = None
+    request_id: str | None = None
+    if isinstance(exc, EngineError):
+        return exc
+    if isinstance(exc, _RequestDeadline):
+        code = "provider_timeout"
+        message = (f"The model provider at {base_url} did not finish answering within {exc.seconds:g} s "
+                   f"(ANTHROPIC_TIMEOUT).")
+    elif isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException)):
+        code = "provider_timeout"
+        message = f"The model provider at {base_url} stopped responding (read timed out)."
+    elif isinstance(exc, anthropic.APIConnectionError):
+        code = "provider_unreachable"
+        message = (f"Could not connect to the model provider at {base_url} ({_root_cause(exc)}). "
+                   f"Check ANTHROPIC_BASE_URL and that the service is up.")
+    elif isinstance(exc, httpx2.TransportError):
+        code = "provider_disconnected"
+        message = f"The connection to the model provider at {base_url} broke mid-answer ({type(exc).__name__}: {exc})."
+    elif isinstance(exc, anthropic.APIStatusError):
+        status, error_type, request_id = exc.status_code, exc.type, exc.request_id
+        detail = exc.api_message or _short(exc.body) or str(exc)
+        if status in _BY_STATUS:
+            code = _BY_STATUS[status]
+        elif status >= 500:
+            code = "provider_error"
+        else:
+            code = _BY_TYPE.get(error_type or "", "provider_error")
+        headline, hint = (part.format(model=model, base_url=base_url)
+                          for part in _STATUS_MESSAGES.get(code, ("The model provider returned an error", "")))
+        if status == 200:  # an ``error`` event after the stream had started
+            headline = f"The model provider sent an error in the middle of its answer ({headline[0].lower()}{headline[1:]})"
+            where = error_type or "error"
+        else:
+            where = f"HTTP {status}{f' {error_type}' if error_type else ''}"
+        if request_id:
+            where += f", request id {request_id}"
+        message = f"{headline}: {detail} ({where})." + (f" {hint}" if hint else "")
+    elif isinstance(exc, anthropic.APIError):
+        code = "provider_error"
+        message = f"The model provider at {base_url} failed: {exc}"
+    else:
+        code = "provider_error"
+        message = f"Calling the model provider at {base_url} failed: {type(exc).__name__}: {exc}"
+    logger.warning(
+        "claude request failed (run %s, model %s, base_url %s, status %s, type %s, request_id %s): %s: %s",
+        run_id or "-", model, base_url, status, error_type, request_id, code, message,
+    )
+    return EngineError(message, code=code, retryable=code in _RETRYABLE)
+
+
+# code -> (headline, hint); the hint may name {model} and {base_url}.
+_STATUS_MESSAGES = {
+    "authentication_failed": ("The model provider rejected the API key",
+                              "Check ANTHROPIC_AUTH_TOKEN / ANTHROPIC_API_KEY."),
+    "permission_denied": ("The API key is not allowed to do this", "Check the key's access to model {model!r}."),
+    "model_not_found": ("Model {model!r} was not found",
+                        "Check the agent's model or ANTHROPIC_MODEL, and ANTHROPIC_BASE_URL ({base_url})."),
+    "rate_limited": ("The model provider is rate-limiting requests", "Try again shortly."),
+    "provider_overloaded": ("The model provider is overloaded", "Try again shortly."),
+    "provider_error": ("The model provider had an internal error", "Try again shortly."),
+    "provider_timeout": ("The model provider timed out", ""),
+    "invalid_request": ("The model provider rejected the request as invalid", ""),
+    "billing_error": ("The model provider refused the request for a billing reason", ""),
+    "request_too_large": ("The request was too large for the model provider", ""),
+}
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause, e.g. ``connection refused`` rather than the SDK's ``Connection error.``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    last = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        last = current
+        if isinstance(current, ConnectionRefusedError):
+            return "connection refused"
+        current = current.__cause__ or current.__context__
+    return f"{type(last).__name__}: {last}"
+
+
+def _short(body: Any) -> str:
+    if body is None:
+        return ""
+    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    return text[:300]

@@ -6,8 +6,17 @@ from rest_framework import serializers
 from chat_app.models import Conversation, Message, Run, RunEvent
 
 
+class StrictCharField(serializers.CharField):
+    """A string and nothing else: numbers, booleans, lists and objects are 400, not coerced to text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class ConversationCreateInput(serializers.Serializer):
-    title = serializers.CharField(required=False, allow_blank=True, max_length=300, default="")
+    title = StrictCharField(required=False, allow_blank=True, max_length=300, default="")
     agentRole = serializers.SlugField(required=False, max_length=64)
 
 

@@ -1,0 +1,151 @@
+"""CHAT-050: tool confirmation signals, the REST decisions, expiry, conflicts and isolation."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from chat_app.models import Message
+from tests.agent_chat.conftest import WRITE_TOOL, events_of, tool_states
+from tools_app.models import ToolConfirmation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _awaiting(frame) -> bool:
+    return frame.event == "tool.state" and frame.payload["status"] == "awaiting_input"
+
+
+async def _start_waiting_run(chat, text: str = WRITE_TOOL):
+    reader = await chat.chat({"input": text, "agentRole": "coder"})
+    awaiting = await reader.until(_awaiting)
+    return reader, awaiting.payload
+
+
+async def test_chat050_tool_requires_confirmation(chat, agents):
+    reader, awaiting = await _start_waiting_run(chat)
+    assert awaiting["name"] == "write_file"
+    assert awaiting["input"] == {"path": "notes.txt", "content": "hello from the tool"}
+    assert awaiting["confirmationId"] and awaiting["toolCallId"]
+    assert tool_states(reader.frames) == ["pending", "awaiting_input"]
+
+    status, pending = await chat.json("GET", "/v1/tool-confirmations?status=pending")
+    assert status == 200
+    assert [c["id"] for c in pending] == [awaiting["confirmationId"]]
+    item = pending[0]
+    assert item["runId"] == reader.response["X-Run-Id"]
+    assert item["conversationId"] == reader.response["X-Conversation-Id"]
+    assert (item["tool"], item["toolCallId"], item["status"]) == ("write_file", awaiting["toolCallId"], "pending")
+    assert item["input"] == awaiting["input"] and item["expiresAt"]
+
+    status, decided = await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/approve")
+    assert status == 200 and decided["status"] == "approved" and decided["decidedBy"] == "alice"
+    frames = events_of(await reader.rest())
+    assert tool_states(frames) == ["pending", "awaiting_input", "running", "succeeded"]
+    done = [f.payload for f in frames if f.event == "tool.state"][-1]
+    assert done["confirmationId"] == awaiting["confirmationId"] and "notes.txt" in done["output"]
+    assert (agents["coder"].workspace_path / "notes.txt").read_text() == "hello from the tool"
+    assert frames[-1].payload["status"] == "succeeded"
+    status, pending = await chat.json("GET", "/v1/tool-confirmations?status=pending")
+    assert pending == []
+    status, approved = await chat.json("GET", "/v1/tool-confirmations?status=approved")
+    assert [c["id"] for c in approved] == [awaiting["confirmationId"]] and approved[0]["output"]
+
+
+async def test_chat050_tool_state_progresses_to_failed_with_error_after_confirmation(chat):
+    # write_file outside the workspace is refused by the tool: approved, run, failed with an error.
+    reader, awaiting = await _start_waiting_run(chat, '/tool write_file {"path": "../escape.txt", "content": "x"}')
+    await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/approve")
+    frames = events_of(await reader.rest())
+    assert tool_states(frames) == ["pending", "awaiting_input", "running", "failed"]
+    failed = [f.payload for f in frames if f.event == "tool.state"][-1]
+    assert failed["error"] and "output" not in failed
+    assert frames[-1].payload["status"] == "succeeded"  # a tool failure does not end the run
+
+
+async def test_chat050_deny_path_tells_the_model_and_run_continues(chat, agents):
+    reader, awaiting = await _start_waiting_run(chat)
+    status, decided = await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/deny",
+                                      {"reason": "not today"})
+    assert status == 200 and decided["status"] == "denied" and decided["reason"] == "not today"
+    frames = events_of(await reader.rest())
+    assert tool_states(frames) == ["pending", "awaiting_input", "denied"]
+    final = next(f.payload["content"] for f in frames if f.event == "agent.message")
+    assert "denied" in final  # the model was told
+    assert frames[-1].payload["status"] == "succeeded"
+    assert not (agents["coder"].workspace_path / "notes.txt").exists()
+    tool_message = await Message.objects.aget(run_id=reader.response["X-Run-Id"], role="tool")
+    assert tool_message.metadata["status"] == "denied"
+
+
+async def test_chat050_second_decision_gets_409(chat):
+    reader, awaiting = await _start_waiting_run(chat)
+    confirmation_id = awaiting["confirmationId"]
+    status, _ = await chat.json("POST", f"/v1/tool-confirmations/{confirmation_id}/deny")
+    assert status == 200
+    for action in ("approve", "deny"):
+        status, body = await chat.json("POST", f"/v1/tool-confirmations/{confirmation_id}/{action}")
+        assert status == 409 and body["code"] == "confirmation_already_decided" and body["status"] == "denied"
+    await reader.rest()
+
+
+async def test_chat050_other_users_confirmation_is_404(chat, other_chat):
+    reader, awaiting = await _start_waiting_run(chat)
+    for action in ("approve", "deny"):
+        status, body = await other_chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/{action}")
+        assert status == 404 and body["code"] == "confirmation_not_found"
+    status, listed = await other_chat.json("GET", "/v1/tool-confirmations?status=pending")
+    assert status == 200 and listed == []
+    status, listed = await other_chat.json("GET", "/v1/tool-confirmations")
+    assert listed == []
+    # Still pending for its owner: the other user's attempts changed nothing.
+    status, pending = await chat.json("GET", "/v1/tool-confirmations?status=pending")
+    assert [c["id"] for c in pending] == [awaiting["confirmationId"]]
+    await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/deny")
+    await reader.rest()
+
+
+@pytest.mark.parametrize("confirmation_id", [str(uuid.uuid4()), "not-a-uuid"])
+async def test_chat050_unknown_confirmation_is_404(chat, confirmation_id):
+    status, body = await chat.json("POST", f"/v1/tool-confirmations/{confirmation_id}/approve")
+    assert status == 404 and body["code"] == "confirmation_not_found"
+
+
+async def test_chat050_list_rejects_unknown_status(chat):
+    status, body = await chat.json("GET", "/v1/tool-confirmations?status=maybe")
+    assert status == 400 and body["code"] == "invalid_status"
+
+
+async def test_chat050_decision_body_must_be_valid(chat):
+    reader, awaiting = await _start_waiting_run(chat)
+    status, body = await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/approve",
+                                   {"reason": 42})
+    assert status == 400 and body["code"] == "invalid_input"
+    await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/deny")
+    await reader.rest()
+
+
+async def test_chat050_confirmation_expires_and_tool_is_not_run(chat, settings, agents):
+    settings.CONFIRMATION_TIMEOUT = 0.4
+    settings.CONFIRMATION_RECHECK_INTERVAL = 0.05
+    reader, awaiting = await _start_waiting_run(chat)
+    frames = events_of(await reader.rest())
+    assert tool_states(frames) == ["pending", "awaiting_input", "failed"]
+    failed = [f.payload for f in frames if f.event == "tool.state"][-1]
+    assert failed["error"] == "confirmation expired" and failed["confirmationId"] == awaiting["confirmationId"]
+    assert frames[-1].payload["status"] == "succeeded"
+    assert not (agents["coder"].workspace_path / "notes.txt").exists()
+    confirmation = await ToolConfirmation.objects.aget(id=awaiting["confirmationId"])
+    assert confirmation.status == "expired"
+    status, body = await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/approve")
+    assert status == 409 and body["status"] == "expired"
+    status, pending = await chat.json("GET", "/v1/tool-confirmations?status=pending")
+    assert pending == []
+
+
+async def test_chat050_pending_list_leaves_out_confirmations_of_ended_runs(chat):
+    reader, awaiting = await _start_waiting_run(chat)
+    await chat.json("POST", f"/v1/agent/runs/{reader.response['X-Run-Id']}/cancel")
+    await reader.rest()
+    status, pending = await chat.json("GET", "/v1/tool-confirmations?status=pending")
+    assert pending == []

@@ -1,0 +1,149 @@
+"""The two dialect mappings on a recorded event sequence: exact frames, exact UI chunks."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chat_app.events import RecordedEvent
+from chat_app.sse import agent_chat, vercel_ai
+from orchestrator_site.errors import InvalidInput
+from tests.agent_chat.conftest import parse_with_ai_sdk
+
+RUN, CONV = "run-1", "conv-1"
+_TOOL = {"toolCallId": "t1", "name": "write_file", "input": {"path": "a.txt"}}
+RECORDED = [
+    ("agent.start", {"runId": RUN, "conversationId": CONV, "agentRole": "coder", "engine": "mock", "model": "mock-1"}),
+    ("agent.delta", {"text": "Let me ", "agent": ""}),
+    ("agent.delta", {"text": "write.", "agent": ""}),
+    ("tool.state", {**_TOOL, "status": "pending"}),
+    ("tool.state", {**_TOOL, "status": "awaiting_input", "confirmationId": "c1"}),
+    ("tool.state", {**_TOOL, "status": "running", "confirmationId": "c1"}),
+    ("tool.state", {**_TOOL, "status": "succeeded", "output": "Wrote a.txt", "confirmationId": "c1"}),
+    ("context.patch", {"kind": "step", "data": {"step": 1}}),
+    ("agent.delta", {"text": "Done.", "agent": ""}),
+    ("agent.message", {"messageId": "m1", "content": "Let me write.Done.", "role": "assistant"}),
+    ("agent.end", {"status": "succeeded", "usage": {"output_tokens": 3}, "messageId": "m1", "sessionId": "", "text": ""}),
+]
+
+
+def _recorded(items=RECORDED) -> list[RecordedEvent]:
+    return [RecordedEvent(run_id=RUN, seq=i, event=name, at="2025-01-01T00:00:00+00:00", payload=payload)
+            for i, (name, payload) in enumerate(items, start=1)]
+
+
+async def _aiter(items):
+    for item in items:
+        yield item
+
+
+def test_agent_chat_frames_are_exact():
+    first = _recorded()[0]
+    assert agent_chat.event_frame(first) == (
+        'id: 1\ndata: {"event":"agent.start","data":{"runId":"run-1","conversationId":"conv-1","agentRole":"coder",'
+        '"engine":"mock","model":"mock-1"},"id":1}\n\n')
+    assert agent_chat.conversation_created_frame(CONV) == (
+        'data: {"event":"conversation.created","data":{"conversationId":"conv-1"}}\n\n')
+    ping = agent_chat.ping_frame()
+    assert ping.startswith('data: {"event":"ping","data":{"at":"') and "id:" not in ping
+
+
+async def test_agent_chat_render_announces_conversation_first():
+    frames = [f async for f in agent_chat.render(_aiter(_recorded()), run_id=RUN, conversation_id=CONV,
+                                                 conversation_created=True, ping_interval=10)]
+    assert json.loads(frames[0][len("data: "):])["event"] == "conversation.created"
+    assert len(frames) == len(RECORDED) + 1
+
+
+def test_vercel_translation_is_exact():
+    translator = vercel_ai.UiMessageStreamTranslator(message_id=RUN, conversation_id=CONV)
+    parts = translator.begin(conversation_created=True)
+    for event in _recorded():
+        parts += translator.translate(event)
+    state = lambda status, **extra: {"type": "data-tool-state", "id": "t1",  # noqa: E731
+                                     "data": {**_TOOL, "status": status, **extra}}
+    assert parts == [
+        {"type": "start", "messageId": RUN, "messageMetadata": {"runId": RUN, "conversationId": CONV}},
+        {"type": "data-conversation", "data": {"conversationId": CONV}},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "text-1"},
+        {"type": "text-delta", "id": "text-1", "delta": "Let me "},
+        {"type": "text-delta", "id": "text-1", "delta": "write."},
+        {"type": "text-end", "id": "text-1"},
+        {"type": "tool-input-start", "toolCallId": "t1", "toolName": "write_file", "dynamic": True},
+        {"type": "tool-input-available", "toolCallId": "t1", "toolName": "write_file", "input": {"path": "a.txt"},
+         "dynamic": True},
+        state("pending"),
+        {"type": "tool-approval-request", "approvalId": "c1", "toolCallId": "t1"},
+        state("awaiting_input", confirmationId="c1"),
+        state("running", confirmationId="c1"),
+        {"type": "tool-output-available", "toolCallId": "t1", "output": "Wrote a.txt", "dynamic": True},
+        state("succeeded", output="Wrote a.txt", confirmationId="c1"),
+        {"type": "finish-step"},
+        {"type": "data-context-patch", "data": {"kind": "step", "data": {"step": 1}}, "transient": True},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "text-2"},
+        {"type": "text-delta", "id": "text-2", "delta": "Done."},
+        {"type": "text-end", "id": "text-2"},
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "stop",
+         "messageMetadata": {"runId": RUN, "conversationId": CONV, "status": "succeeded",
+                             "usage": {"output_tokens": 3}, "messageId": "m1"}},
+    ]
+
+
+async def test_vercel_render_is_accepted_by_the_ai_package(ai_sdk):
+    raw = "".join([f async for f in vercel_ai.render(_aiter(_recorded()), run_id=RUN, conversation_id=CONV,
+                                                     conversation_created=True, ping_interval=10)])
+    assert raw.endswith("data: [DONE]\n\n")
+    result = parse_with_ai_sdk(ai_sdk, ": ping\n\n" + raw)  # a comment ping is skipped by the SDK
+    assert result["invalid"] == [] and result["errors"] == [] and result["done"]
+    message = result["message"]
+    assert [p["type"] for p in message["parts"]] == [
+        "data-conversation", "step-start", "text", "dynamic-tool", "data-tool-state", "step-start", "text"]
+    assert message["parts"][2]["text"] + message["parts"][6]["text"] == "Let me write.Done."
+    assert message["parts"][3]["state"] == "output-available" and message["parts"][3]["approval"] == {"id": "c1"}
+
+
+def test_vercel_message_without_deltas_is_sent_whole():
+    translator = vercel_ai.UiMessageStreamTranslator(message_id=RUN, conversation_id=CONV)
+    parts = []
+    for event in _recorded([RECORDED[0], ("agent.message", {"messageId": "m", "content": "whole", "role": "assistant"})]):
+        parts += translator.translate(event)
+    assert [p["type"] for p in parts] == ["start-step", "text-start", "text-delta", "text-end"]
+    assert translator.close()[-1] == {"type": "finish"}
+
+
+def test_vercel_resumed_stream_does_not_repeat_known_tool_calls():
+    translator = vercel_ai.UiMessageStreamTranslator(message_id=RUN, conversation_id=CONV,
+                                                     known_tool_calls={"t1"}, step_open=True)
+    parts = []
+    for event in _recorded(RECORDED[5:7]):
+        parts += translator.translate(event)
+    assert [p["type"] for p in parts] == ["data-tool-state", "tool-output-available", "data-tool-state", "finish-step"]
+
+
+def test_parse_chat_request_reads_text_history_and_approvals():
+    body = {"id": "chat", "messages": [
+        {"id": "1", "role": "user", "parts": [{"type": "text", "text": "first"}]},
+        {"id": "2", "role": "assistant", "parts": [{"type": "step-start"}, {"type": "text", "text": "answer"}]},
+        {"id": "3", "role": "user", "parts": [{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}]},
+    ]}
+    parsed = vercel_ai.parse_chat_request(body)
+    assert parsed.chat_id == "chat" and parsed.input == "line one\nline two" and parsed.approvals == []
+    assert parsed.history == [{"role": "user", "content": "first"}, {"role": "assistant", "content": "answer"}]
+
+    body["messages"].append({"id": "4", "role": "assistant", "parts": [
+        {"type": "tool-write_file", "toolCallId": "t9", "state": "approval-responded", "input": {},
+         "approval": {"id": "c9", "approved": False, "reason": "no"}}]})
+    parsed = vercel_ai.parse_chat_request(body)
+    assert parsed.input is None
+    assert parsed.approvals == [vercel_ai.ApprovalResponse("c9", False, "no", "t9")]
+
+
+@pytest.mark.parametrize("approval", [None, {"id": 1, "approved": True}, {"id": "c", "approved": "yes"}])
+def test_parse_chat_request_rejects_malformed_approval(approval):
+    body = {"messages": [{"role": "assistant", "parts": [
+        {"type": "dynamic-tool", "toolName": "x", "toolCallId": "t", "state": "approval-responded", "approval": approval}]}]}
+    with pytest.raises(InvalidInput):
+        vercel_ai.parse_chat_request(body)
