@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from chat_app.events import RunEventBase, ToolCallState, ToolStatus
+from chat_app.events import ContextPatch, RunEventBase, ToolCallState, ToolStatus
 
 from .registry import Tool, ToolContext, ToolError, ToolResult, all_tools
 from .workspace import ensure_workspace
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("orchestrator.tools")
 
 Emit = Callable[[RunEventBase], Awaitable[None]]
+# The timeline keeps the whole output in tool.state; the context patch carries a preview.
+_PATCH_OUTPUT_CHARS = 2000
 
 
 class ToolRunner:
@@ -87,7 +89,12 @@ class ToolRunner:
             confirmation = await _confirmation_create(run_id=self.run_id, tool_call_id=tool_call_id, tool=name, input=input)
             confirmation_id = str(confirmation.id)
             await self.emit(ToolCallState(status=ToolStatus.AWAITING_INPUT, confirmation_id=confirmation_id, **state))
-            decision = await self._await_decision(confirmation_id)
+            try:
+                decision = await self._await_decision(confirmation_id)
+            except asyncio.CancelledError:
+                # The run was cancelled while waiting: nobody can approve this call any more.
+                await _confirmation_expire(confirmation_id=confirmation_id)
+                raise
             if decision != "approved":
                 if decision == "denied":
                     result = ToolResult("The user denied this tool call; it was not run.", is_error=True)
@@ -126,6 +133,11 @@ class ToolRunner:
         else:
             event = ToolCallState(status=status, error=error or result.output, confirmation_id=confirmation_id, **state)
         await self.emit(event)
+        # What the model will see next: the tool's result joins the conversation context.
+        await self.emit(ContextPatch(kind="tool_result", data={
+            "toolCallId": state["tool_call_id"], "name": state["name"], "status": status,
+            "isError": result.is_error, "output": result.output[:_PATCH_OUTPUT_CHARS],
+        }))
         await _tool_message_create(
             conversation_id=self.conversation_id,
             run_id=self.run_id,
@@ -178,6 +190,15 @@ def _confirmation_create(*, run_id: str, tool_call_id: str, tool: str, input: di
         tool=tool,
         input=input,
         expires_at=timezone.now() + timedelta(seconds=float(settings.CONFIRMATION_TIMEOUT)),
+    )
+
+
+@sync_to_async
+def _confirmation_expire(*, confirmation_id: str) -> None:
+    from .models import ToolConfirmation
+
+    ToolConfirmation.objects.filter(id=confirmation_id, status=ToolConfirmation.Status.PENDING).update(
+        status=ToolConfirmation.Status.EXPIRED, decided_at=timezone.now(), reason="run cancelled"
     )
 
 

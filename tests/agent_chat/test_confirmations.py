@@ -149,3 +149,8 @@ async def test_chat050_pending_list_leaves_out_confirmations_of_ended_runs(chat)
     await reader.rest()
     status, pending = await chat.json("GET", "/v1/tool-confirmations?status=pending")
     assert pending == []
+    # The row itself is closed too, so nothing can approve a call whose run is gone.
+    confirmation = await ToolConfirmation.objects.aget(id=awaiting["confirmationId"])
+    assert confirmation.status == "expired" and confirmation.reason == "run cancelled"
+    status, body = await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/approve")
+    assert status == 409

@@ -97,3 +97,22 @@ async def test_run_cancel_ends_cancelled_without_assistant_message(user):
     events = await _collect(str(created.run.id))
     assert events[-1].payload["status"] == "cancelled"
     assert not await Message.objects.filter(conversation=created.conversation, role="assistant").aexists()
+
+
+async def test_run_tool_result_is_a_context_patch_and_a_tool_message(user, agents):
+    workspace = agents["coder"].workspace_path
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "facts.txt").write_text("the sky is blue")
+    created = await services.run_start(user=user, input='/tool read_file {"path": "facts.txt"}\nwhat colour?',
+                                       agent_role="coder")
+    events = await _collect(str(created.run.id))
+    names = [e.event for e in events]
+    states = [e.payload["status"] for e in events if e.event == "tool.state"]
+    assert states == ["pending", "running", "succeeded"]  # read_file needs no approval
+    patch = next(e for e in events if e.event == "context.patch")
+    assert names.index("context.patch") > max(i for i, n in enumerate(names) if n == "tool.state")
+    assert patch.payload == {"kind": "tool_result", "data": {
+        "toolCallId": events[names.index("tool.state")].payload["toolCallId"], "name": "read_file",
+        "status": "succeeded", "isError": False, "output": "the sky is blue"}}
+    tool_message = await Message.objects.aget(conversation=created.conversation, role="tool")
+    assert tool_message.content == "the sky is blue" and tool_message.metadata["name"] == "read_file"
