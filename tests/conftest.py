@@ -37,6 +37,24 @@ def _isolated_settings(settings, tmp_path: Path):
 
 
 @pytest.fixture
+def claude_model() -> str:
+    """The model name Claude runs ask for; override per folder to test free-text model names."""
+    return "saas/claude-sonnet-4.5"
+
+
+@pytest.fixture
+def claude(settings, anthropic_server, agents, claude_model):
+    """Claude runs use the real anthropic SDK against the scripted ``anthropic_server``."""
+    settings.ANTHROPIC_API_KEY = "test-key"
+    settings.ANTHROPIC_AUTH_IS_BEARER = False
+    settings.ANTHROPIC_BASE_URL = anthropic_server.url
+    settings.ANTHROPIC_MODEL = claude_model
+    settings.ANTHROPIC_MAX_RETRIES = 0
+    settings.ANTHROPIC_TIMEOUT = 10.0
+    return anthropic_server
+
+
+@pytest.fixture
 def agents(db):
     """The default agents (transactional tests flush the rows the data migration made)."""
     from agents_app.defaults import load_default_agents

@@ -41,13 +41,7 @@ def _setup_mock(request) -> EngineScenario:
 
 
 def _setup_claude(request) -> EngineScenario:
-    settings = request.getfixturevalue("settings")
-    server = request.getfixturevalue("anthropic_server")
-    settings.ANTHROPIC_API_KEY = "test-key"
-    settings.ANTHROPIC_BASE_URL = server.url
-    settings.ANTHROPIC_MAX_RETRIES = 0
-    settings.ANTHROPIC_TIMEOUT = 10.0
-    settings.ANTHROPIC_MODEL = "claude-test-model"
+    server = request.getfixturevalue("claude")
     server.script(
         claude_fake.tool_use_reply("write_file", TOOL_INPUT, text_before=["I will ", "write it."]),
         claude_fake.text_reply(["All ", "done."]),

@@ -13,18 +13,6 @@ MODEL = "saas/claude-sonnet-4.5"
 
 
 @pytest.fixture
-def claude(settings, anthropic_server, agents):
-    """Runs of the analyst go to the real anthropic SDK talking to ``anthropic_server``."""
-    settings.ANTHROPIC_API_KEY = "test-key"
-    settings.ANTHROPIC_AUTH_IS_BEARER = False
-    settings.ANTHROPIC_BASE_URL = anthropic_server.url
-    settings.ANTHROPIC_MODEL = MODEL
-    settings.ANTHROPIC_MAX_RETRIES = 0
-    settings.ANTHROPIC_TIMEOUT = 10.0
-    return anthropic_server
-
-
-@pytest.fixture
 def analyst_workspace(agents) -> Path:
     path = agents[ANALYST].workspace_path
     path.mkdir(parents=True, exist_ok=True)

@@ -17,15 +17,8 @@ MODEL = "claude-test-1"
 
 
 @pytest.fixture
-def claude(settings, anthropic_server, agents):
-    """Claude runs use the real anthropic SDK against ``anthropic_server``."""
-    settings.ANTHROPIC_API_KEY = "test-key"
-    settings.ANTHROPIC_AUTH_IS_BEARER = False
-    settings.ANTHROPIC_BASE_URL = anthropic_server.url
-    settings.ANTHROPIC_MODEL = MODEL
-    settings.ANTHROPIC_MAX_RETRIES = 0
-    settings.ANTHROPIC_TIMEOUT = 10.0
-    return anthropic_server
+def claude_model() -> str:
+    return MODEL
 
 
 @pytest.fixture
