@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -200,6 +200,9 @@ async def _execute(live: runtime.LiveRun, *, history: list[dict[str, str]] | Non
     await live.flush()
     live.finish()
     runtime.linger_then_forget(live)
+    # Runs do their ORM work on asgiref's shared thread, outside any request: release its
+    # connection the way a request would, so idle servers hold none (CONN_MAX_AGE is 0).
+    await sync_to_async(close_old_connections)()
 
 
 async def _run_engine(*, run: Run, agent: Agent, live: runtime.LiveRun, doorbell: RunDoorbell,

@@ -22,6 +22,17 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, t
         database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.getbasetemp() / "test-db.sqlite3")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_async_db_connections(django_db_setup):
+    """Async tests reach the ORM through asgiref's one shared thread; close its connection before
+    the test database is dropped (PostgreSQL refuses to drop a database still in use)."""
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(settings, tmp_path: Path):
     """Every test gets its own workspaces and fast timers; nothing leaks between tests."""

@@ -5,7 +5,7 @@ Reuse them from any test under ``tests/e2e/``:
 ``daphne_server`` (module scope) → :class:`LiveServer`
     A daphne process serving ``orchestrator_site.asgi:application`` on ``127.0.0.1:<free port>``
     with its own migrated SQLite database (default agents loaded, one user ``e2e`` with a DRF
-    token), its own ``WORKSPACES_ROOT``, the offline engines (no provider key: ``claude``
+    token, and a superuser ``e2e-admin`` / ``e2e-admin-password`` for the admin), its own ``WORKSPACES_ROOT``, the offline engines (no provider key: ``claude``
     agents fall back to ``mock``), and the in-memory channel layer. Use ``daphne_server.url``,
     ``daphne_server.auth`` (``{"Authorization": "Token <key>"}``) and ``daphne_server.workspaces``.
     (Not called ``live_server``: pytest-django owns that name.)
@@ -97,7 +97,8 @@ def _manage(*args: str, env: dict[str, str]) -> str:
 _CREATE_USER = (
     "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
     "u = get_user_model().objects.create_user(username='e2e', password='e2e-password'); "
-    "print('TOKEN=' + Token.objects.create(user=u).key)"
+    "print('TOKEN=' + Token.objects.create(user=u).key); "
+    "get_user_model().objects.create_superuser(username='e2e-admin', password='e2e-admin-password')"
 )
 
 

@@ -78,3 +78,28 @@ def test_chat_page_denies_a_tool_call(page, daphne_server):
     card.locator("button.deny").click()
     page.wait_for_selector(".tool .state.denied")
     assert not (daphne_server.workspaces / "coder" / "denied.txt").exists()
+
+
+def test_admin_shows_claude_md_beside_the_prompt(daphne_server):
+    """Admins edit an agent's prompt with the workspace's CLAUDE.md shown beside it."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    workspace = daphne_server.workspaces / "dev_efficiency_analyst"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "CLAUDE.md").write_text("# 项目说明\nMetrics live in data/metrics.csv; cite file names.")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
+                                    "--disable-background-networking", "--disable-component-update"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(15_000)
+        page.goto(daphne_server.url + "/admin/login/?next=/admin/agents_app/agent/")
+        page.fill("input[name=username]", "e2e-admin")
+        page.fill("input[name=password]", "e2e-admin-password")
+        page.click("input[type=submit]")
+        page.click("text=dev_efficiency_analyst")
+        page.wait_for_selector("textarea[name=system_prompt]")
+        assert "研发效能分析师" in page.input_value("textarea[name=system_prompt]")
+        preview = page.locator(".field-claude_md_preview pre")
+        assert "Metrics live in data/metrics.csv" in preview.inner_text()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "admin-agent.png"), full_page=False)
+        browser.close()
