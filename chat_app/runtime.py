@@ -34,6 +34,10 @@ class LiveRun:
         self.first_seq = next_seq
         self.done = False
         self.task: asyncio.Task | None = None
+        # Cancelling the task is only safe while it runs the engine: before that its setup would
+        # die without recording an end, after that its end is being recorded.
+        self.cancellable = False
+        self.cancel_requested = False
         self._changed = asyncio.Event()
         self._pending: list[RunEvent] = []
         self._flush_lock = asyncio.Lock()
@@ -75,6 +79,11 @@ class LiveRun:
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    def request_cancel(self) -> None:
+        self.cancel_requested = True
+        if self.cancellable and self.task is not None and not self.task.done():
+            self.task.cancel()
 
     def finish(self) -> None:
         self.done = True
@@ -144,6 +153,6 @@ async def cancel_local(run_id: str) -> bool:
     live = LIVE_RUNS.get(str(run_id))
     if live is None or live.task is None or live.task.done():
         return False
-    live.task.cancel()
+    live.request_cancel()
     await asyncio.wait({live.task}, timeout=10)
     return True

@@ -168,6 +168,9 @@ async def _execute(live: runtime.LiveRun, *, history: list[dict[str, str]] | Non
     watcher = asyncio.create_task(_watch_cancel(live, doorbell), name=f"run-cancel-watch-{live.run_id}")
     ended: RunEnded
     try:
+        live.cancellable = True
+        if live.cancel_requested:  # cancelled before it got going
+            raise asyncio.CancelledError
         await Run.objects.filter(id=run.id).aupdate(status=Run.Status.RUNNING)
         await live.emit(RunStarted(
             run_id=live.run_id, conversation_id=str(conversation.id), agent_role=agent.role if agent else "",
@@ -183,12 +186,15 @@ async def _execute(live: runtime.LiveRun, *, history: list[dict[str, str]] | Non
                                    options=options, user_input=user_message.content if user_message else "")
         message = await _finish_success(run=run, result=result)
         await live.emit(AssistantMessage(message_id=str(message.id), content=result.text))
+        live.cancellable = False
         ended = RunEnded(status=Run.Status.SUCCEEDED, usage=result.usage, message_id=str(message.id),
                          session_id=result.session_id, text=result.text)
     except asyncio.CancelledError:
+        live.cancellable = False
         await _finish_failure(run=run, status=Run.Status.CANCELLED, error="Run was cancelled.")
         ended = RunEnded(status=Run.Status.CANCELLED, error="Run was cancelled.", error_code="cancelled")
     except Exception as exc:  # noqa: BLE001 - every failure ends the run readably
+        live.cancellable = False
         code, message = _describe_failure(exc, run=run, agent=agent)
         await _finish_failure(run=run, status=Run.Status.FAILED, error=message)
         await live.emit(RunError(code=code, message=message))
@@ -254,8 +260,8 @@ async def _watch_cancel(live: runtime.LiveRun, doorbell: RunDoorbell) -> None:
     while True:
         await doorbell.wait("cancel", float(settings.CONFIRMATION_RECHECK_INTERVAL))
         requested = await Run.objects.filter(id=live.run_id).values_list("cancel_requested", flat=True).afirst()
-        if requested and live.task is not None:
-            live.task.cancel()
+        if requested:
+            live.request_cancel()
             return
 
 

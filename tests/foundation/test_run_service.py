@@ -116,3 +116,16 @@ async def test_run_tool_result_is_a_context_patch_and_a_tool_message(user, agent
         "status": "succeeded", "isError": False, "output": "the sky is blue"}}
     tool_message = await Message.objects.aget(conversation=created.conversation, role="tool")
     assert tool_message.content == "the sky is blue" and tool_message.metadata["name"] == "read_file"
+
+
+async def test_run_cancel_before_the_task_starts_still_records_the_end(user):
+    from chat_app import runtime
+
+    created = await sync_to_async(services.run_create)(user=user, input="never answered", agent_role="coder")
+    await services.run_launch(run=created.run)
+    # No await between launch and cancel: the run's task has not begun executing yet.
+    assert await runtime.cancel_local(str(created.run.id))
+    events = await _collect(str(created.run.id))
+    assert events[-1].event == "agent.end" and events[-1].payload["status"] == "cancelled"
+    run = await Run.objects.aget(id=created.run.id)
+    assert run.status == "cancelled" and run.ended_at is not None

@@ -295,8 +295,10 @@ async def test_claude_engine_http_errors_end_as_error_event(claude, token, statu
 
 async def _last_end(run: Run) -> dict:
     from chat_app.models import RunEvent
+    from tests.conftest import wait_for
 
-    row = await RunEvent.objects.filter(run=run, event="agent.end").afirst()
+    # The seed-000 stream ends at its `error` event; agent.end is recorded right after it.
+    row = await wait_for(lambda: RunEvent.objects.filter(run=run, event="agent.end").afirst(), timeout=10)
     return row.payload
 
 
