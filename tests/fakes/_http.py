@@ -26,6 +26,20 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
 
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that does not print a traceback when a client hangs up early
+    (tests cut connections on purpose: timeouts, cancelled runs, refused redirects)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
 @dataclass(frozen=True)
 class RecordedRequest:
     """One request as it reached the fake server."""
@@ -266,7 +280,7 @@ class ScriptedHTTPServer:
         if self._httpd is not None:
             return self
         self._closing.clear()
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        httpd = QuietHTTPServer(("127.0.0.1", 0), _Handler)
         httpd.daemon_threads = True
         httpd.fake = self  # type: ignore[attr-defined]
         self._httpd = httpd

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes._http import QuietHTTPServer
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class McpInvokeServer:
         self._responses: dict[str, InvokeResponse] = {}
         self._requests: list[InvokeRequest] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd = QuietHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="mcp-invoke-fake", daemon=True)

@@ -6,12 +6,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import pytest
+
+from tests.fakes._http import QuietHTTPServer
 
 from tools_app import conf
 from tools_app.registry import ToolContext
@@ -108,7 +110,7 @@ class LocalWebServer:
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
         self.requests: list[tuple[str, dict[str, str]]] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = QuietHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
