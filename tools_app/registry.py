@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from orchestrator_site.registry import register_subclass
+
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 _REGISTRY: dict[str, type["Tool"]] = {}
@@ -58,13 +60,7 @@ class Tool:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not cls.__dict__.get("register", True):
-            return
-        if not _NAME_RE.match(cls.name or ""):
-            raise ValueError(f"invalid tool name {cls.name!r} on {cls.__qualname__}")
-        if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-            raise ValueError(f"tool {cls.name!r} registered twice")
-        _REGISTRY[cls.name] = cls
+        register_subclass(_REGISTRY, cls, kind="tool", pattern=_NAME_RE)
 
     async def run(self, *, input: dict[str, Any], context: ToolContext) -> ToolResult:
         raise NotImplementedError

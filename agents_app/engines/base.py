@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar
 
 from chat_app.events import RunEventBase
+from orchestrator_site.registry import register_subclass
 
 if TYPE_CHECKING:
     from agents_app.models import Agent
@@ -70,13 +71,7 @@ class Engine:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not cls.__dict__.get("register", True):
-            return
-        if not _NAME_RE.match(cls.name or ""):
-            raise ValueError(f"invalid engine name {cls.name!r} on {cls.__qualname__}")
-        if cls.name in _ENGINES and _ENGINES[cls.name] is not cls:
-            raise ValueError(f"engine {cls.name!r} registered twice")
-        _ENGINES[cls.name] = cls
+        register_subclass(_ENGINES, cls, kind="engine", pattern=_NAME_RE)
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
