@@ -270,6 +270,8 @@ async def _load_agent(role: str) -> Agent | None:
 
 
 async def _stored_history(*, conversation_id: str, before_run: str) -> list[dict[str, str]]:
+    # Unanswered turns (failed, cancelled) stay in: after "try again" the model still needs the
+    # question, and a repeated prompt costs less than a lost one.
     rows = Message.objects.filter(
         conversation_id=conversation_id, role__in=[Message.Role.USER, Message.Role.ASSISTANT]
     ).exclude(run_id=before_run, role=Message.Role.USER).order_by("created_at", "id")
