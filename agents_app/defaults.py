@@ -1,13 +1,12 @@
 """The default agents: the seed-004 trio and the seed-000 analyst.
 
 Loaded by a data migration and by ``manage.py load_default_agents`` (both idempotent: an agent
-that exists is left as the admin edited it). The trio's engine is ``DEFAULT_AGENT_ENGINE``
-(default ``mock`` so a fresh install runs offline; set ``ollama`` to use seed 004's Ollama
-loop); the analyst runs on ``claude`` and falls back to ``mock`` without an API key.
+that exists is left as the admin edited it). The trio runs on ``ollama``, as seed 004 says; the
+router sends their runs to ``mock`` while no Ollama answers at ``OLLAMA_URL`` (a cached probe),
+so a fresh install works offline and one with Ollama gets real answers without editing agents.
+The analyst runs on ``claude`` and falls back to ``mock`` without an API key.
 """
 from __future__ import annotations
-
-import os
 
 ORCHESTRATOR_PROMPT = """You are the Orchestrator AI.
 You coordinate tools (local + MCP) and specialist agents.
@@ -74,7 +73,7 @@ _TRIO_TOOLS = ["read_file", "write_file", "run_python", "mcp_filesystem", "mcp_t
 
 
 def default_agents() -> list[dict]:
-    trio_engine = os.environ.get("DEFAULT_AGENT_ENGINE", "mock") or "mock"
+    trio_engine = "ollama"
     return [
         dict(role="orchestrator", display_name="Orchestrator", name_zh="总调度",
              description="Coordinates tools and specialist agents (seed 004).",

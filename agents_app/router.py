@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from orchestrator_site.errors import InvalidInput
+from core.errors import InvalidInput
 
 from .engines import engine_names, get_engine
 from .models import Agent
@@ -57,7 +57,7 @@ def engine_status() -> dict[str, dict[str, str | bool]]:
     out: dict[str, dict[str, str | bool]] = {}
     for name, cls in all_engines().items():
         reason = cls.unavailable_reason()
-        out[name] = {"live": reason is None, "provider": cls.provider}
+        out[name] = {"live": reason is None, "provider": cls.provider, **cls.health_details()}
         if reason:
             out[name]["reason"] = reason
             if cls.fallback:

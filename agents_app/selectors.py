@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from orchestrator_site.errors import NotFound
+from core.errors import NotFound
 
 from .models import Agent
 

@@ -6,7 +6,8 @@ Client → server (JSON text frames):
 - ``{"type": "confirm", "confirmation_id": ..., "approved": true|false, "reason"?: ...}``
   approves or denies a tool call that is waiting (``tool_use`` with ``status: awaiting_input``).
 
-Server → client: the seed-000 event objects (``chat_app.sse.seed000``), each turn ending with
+Server → client: the seed-000 event objects (the ``chat-stream`` dialect,
+``chat_app/transports/chat_stream.py``, through ``stream_run``), each turn ending with
 ``done`` or ``error``. Turns on one socket run one after another: a message sent while a turn
 streams is queued (up to ``MAX_QUEUED``) and starts when the current one ends, so events of two
 turns never interleave. A malformed frame, an invalid payload or an unknown role gets an
@@ -20,14 +21,18 @@ import json
 import logging
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from rest_framework.exceptions import ValidationError
 
 from chat_app import services
-from chat_app.api.seed000 import chat_input_validate
-from chat_app.sse.seed000 import seed000_events
-from orchestrator_site.errors import ApplicationError, _flatten
+from chat_app.api.chat_stream import chat_input_validate
+from chat_app.eventlog import in_thread
+from chat_app.executor import get_executor
+from chat_app.transports import stream_run
+from chat_app.transports.chat_stream import ChatStreamDialect
+from core.errors import ApplicationError
+from orchestrator_site.errors import _flatten
 from tools_app.services import tool_confirmation_decide
 
 logger = logging.getLogger("orchestrator.ws")
@@ -120,11 +125,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._error(exc.message, code=exc.code, **exc.extra)
             return
         run_id = str(created.run.id)
-        async for item in seed000_events(services.run_subscribe(run_id=run_id),
-                                         conversation_id=str(created.conversation.id), run_id=run_id):
-            if item["type"] == "error":
-                logger.warning("ws/chat: run %s failed: %s", run_id, item.get("message"))
-            await self.send_json(item)
+        dialect = ChatStreamDialect(run_id=run_id, conversation_id=str(created.conversation.id))
+        # No pings on a WebSocket (the protocol keeps itself alive): the interval only bounds waits.
+        frames = stream_run(dialect, get_executor().subscribe(run_id), ping_interval=float(settings.SSE_PING_INTERVAL))
+        async for batch in frames:
+            for item in batch:
+                if isinstance(item, str):
+                    continue  # an SSE keep-alive comment
+                if item["type"] == "error":
+                    logger.warning("ws/chat: run %s failed: %s", run_id, item.get("message"))
+                await self.send_json(item)
 
     # --- confirmations ---------------------------------------------------------------------------
     async def _confirm(self, content: dict[str, Any]) -> None:
@@ -136,7 +146,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                               code="invalid_input")
             return
         try:
-            await sync_to_async(tool_confirmation_decide)(
+            await in_thread(tool_confirmation_decide)(
                 user=self.user, confirmation_id=confirmation_id, approved=approved, reason=reason,
             )
         except ApplicationError as exc:

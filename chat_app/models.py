@@ -71,6 +71,9 @@ class Run(models.Model):
     route_note = models.CharField(max_length=300, blank=True)
     # Set by a cancel request; the executing process re-checks it (the doorbell may be lost).
     cancel_requested = models.BooleanField(default=False)
+    # The executing process renews this while the run is live (RUN_LEASE_SECONDS). A run that is
+    # not finished and whose lease ran out executes nowhere (its server stopped): it is reaped.
+    lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-started_at"]

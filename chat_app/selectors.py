@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from orchestrator_site.errors import NotFound
+from core.errors import NotFound
 
 from .models import Conversation, Message, Run, RunEvent
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .api import agent_chat, seed000, seed003, views
+from .api import agent_chat, chat_stream, message_stream, views
 from .api.assistant_ui import AssistantUiChatApi
 
 urlpatterns = [
@@ -11,8 +11,8 @@ urlpatterns = [
     path("v1/agent/runs/<str:run_id>/events", agent_chat.RunEventsApi.as_view(), name="run-events"),
     path("v1/agent/runs/<str:run_id>/cancel", agent_chat.RunCancelApi.as_view(), name="run-cancel"),
     # Seed 003 (its path has no /v1 prefix; the /v1 alias keeps the API surface uniform).
-    path("conversations/<str:conversation_id>/messages/stream", seed003.ConversationMessageStreamApi.as_view(), name="seed003-message-stream"),
-    path("v1/conversations/<str:conversation_id>/messages/stream", seed003.ConversationMessageStreamApi.as_view(), name="seed003-message-stream-v1"),
-    path("api/v1/chat/stream", seed000.ChatStreamApi.as_view(), name="seed000-chat-stream"),
+    path("conversations/<str:conversation_id>/messages/stream", message_stream.ConversationMessageStreamApi.as_view(), name="seed003-message-stream"),
+    path("v1/conversations/<str:conversation_id>/messages/stream", message_stream.ConversationMessageStreamApi.as_view(), name="seed003-message-stream-v1"),
+    path("api/v1/chat/stream", chat_stream.ChatStreamApi.as_view(), name="seed000-chat-stream"),
     path("chat", AssistantUiChatApi.as_view(), name="assistant-ui-chat"),
 ]

@@ -1,4 +1,4 @@
-"""One error hierarchy, mapped to HTTP once.
+"""The error hierarchy (``core/errors.py``), mapped to HTTP once.
 
 Every error a client sees is JSON ``{"code": ..., "message": ...}`` (plus optional extra keys)
 with a fitting status. Services raise :class:`ApplicationError` subclasses; DRF views get them
@@ -17,43 +17,8 @@ from rest_framework.response import Response
 logger = logging.getLogger("orchestrator.errors")
 
 
-class ApplicationError(Exception):
-    status = 400
-    code = "bad_request"
-
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None, extra: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.message = message
-        if code:
-            self.code = code
-        if status:
-            self.status = status
-        self.extra = extra or {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, **self.extra}
-
-
-class InvalidInput(ApplicationError):
-    status = 400
-    code = "invalid_input"
-
-
-class NotFound(ApplicationError):
-    status = 404
-    code = "not_found"
-
-
-class Conflict(ApplicationError):
-    status = 409
-    code = "conflict"
-
-
-class ProviderError(ApplicationError):
-    """An upstream model provider failed (unreachable, rejected the call, or timed out)."""
-
-    status = 502
-    code = "provider_error"
+# The hierarchy lives in the leaf core (every layer raises it); this module maps it to HTTP.
+from core.errors import ApplicationError, Conflict, Forbidden, InvalidInput, NotFound, ProviderError  # noqa: E402,F401
 
 
 def error_response(code: str, message: str, status: int, **extra: Any) -> JsonResponse:

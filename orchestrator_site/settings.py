@@ -185,6 +185,9 @@ ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 2)
 OLLAMA_URL = env("OLLAMA_URL", "http://localhost:11434")
 OLLAMA_MODEL = env("OLLAMA_MODEL", "gpt-oss-20b")
 OLLAMA_TIMEOUT = env_float("OLLAMA_TIMEOUT", 60.0)
+# Whether an Ollama answers (GET /api/tags) is cached this long; without one, runs use mock.
+OLLAMA_HEALTH_TTL = env_float("OLLAMA_HEALTH_TTL", 5.0)
+OLLAMA_PROBE_TIMEOUT = env_float("OLLAMA_PROBE_TIMEOUT", 2.0)
 DEFAULT_AGENT_ROLE = env("DEFAULT_AGENT_ROLE", "orchestrator")
 
 # --- Runs, streams, confirmations -----------------------------------------------------------
@@ -194,6 +197,9 @@ RUN_TIMEOUT = env_float("RUN_TIMEOUT", 600.0)
 CONFIRMATION_TIMEOUT = env_float("CONFIRMATION_TIMEOUT", 300.0)
 # How often a waiting run re-reads its confirmation row in case a doorbell was lost.
 CONFIRMATION_RECHECK_INTERVAL = env_float("CONFIRMATION_RECHECK_INTERVAL", 1.0)
+# A live run's lease: renewed by its process every third of this; a run whose lease ran out is
+# reaped (failed, its pending confirmations expired), e.g. after its server was restarted.
+RUN_LEASE_SECONDS = env_float("RUN_LEASE_SECONDS", 30.0)
 # Recorded events are written in batches: at most this long after they were streamed.
 RUN_EVENT_FLUSH_INTERVAL = env_float("RUN_EVENT_FLUSH_INTERVAL", 0.25)
 

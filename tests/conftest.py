@@ -42,8 +42,10 @@ def _isolated_settings(settings, tmp_path: Path):
     settings.ANTHROPIC_API_KEY = ""
     settings.ANTHROPIC_BASE_URL = None
     from agents_app import router
+    from agents_app.engines.ollama import OLLAMA_PROBE
 
     router._warned.clear()
+    OLLAMA_PROBE.clear()
     yield settings
 
 
@@ -135,3 +137,15 @@ async def wait_for(predicate: Callable[[], Any], *, timeout: float = 10.0, inter
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await asyncio.sleep(interval)
+
+
+def merged_content_deltas(events: list[dict]) -> list[dict]:
+    """Seed-000 objects with consecutive ``content_delta`` merged: deltas that arrive faster than a
+    client reads may be sent as one, so tests compare the text, not how it was cut."""
+    out: list[dict] = []
+    for event in events:
+        if event.get("type") == "content_delta" and out and out[-1].get("type") == "content_delta":
+            out[-1] = {**out[-1], "content": out[-1]["content"] + event["content"]}
+        else:
+            out.append(dict(event))
+    return out

@@ -16,6 +16,7 @@ Tools never raise for an expected failure (bad path, non-zero exit, HTTP error):
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -82,10 +83,15 @@ def all_tools() -> dict[str, type[Tool]]:
 
 
 _loaded = False
+_load_lock = threading.RLock()
 
 
 def _load_builtin_tools() -> None:
     global _loaded
-    if not _loaded:
-        _loaded = True
-        from . import tools  # noqa: F401  (importing registers the built-in tools)
+    if _loaded:
+        return
+    with _load_lock:  # concurrent first callers must not see a half-filled registry
+        if not _loaded:
+            from . import tools  # noqa: F401  (importing registers the built-in tools)
+
+            _loaded = True

@@ -2,8 +2,8 @@
 
 Every call goes through :meth:`ToolRunner.call`, which emits the ``tool.state`` transitions
 (``pending`` → [``awaiting_input`` →] ``running`` → ``succeeded``/``failed``, or ``denied``),
-records a ``role=tool`` message with the call and its result, and never raises for a tool's
-own failure: the model gets the error text back.
+and never raises for a tool's own failure: the model gets the error text back. It implements
+the engines' ``ToolPort``; it writes no chat rows (the run service records what it sees).
 """
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from chat_app.events import ContextPatch, RunEventBase, ToolCallState, ToolStatus
+from core.events import ContextPatch, RunEventBase, ToolCallState, ToolStatus
 
 from .registry import Tool, ToolContext, ToolError, ToolResult, all_tools
 from .workspace import ensure_workspace
 
 if TYPE_CHECKING:
     from agents_app.models import Agent
-    from chat_app.doorbell import RunDoorbell
+    from core.doorbell import RunDoorbell
 
 logger = logging.getLogger("orchestrator.tools")
 
@@ -38,7 +38,7 @@ class ToolRunner:
         *,
         run_id: str,
         conversation_id: str,
-        agent: "Agent",
+        agent: "AgentSpec",
         emit: Emit,
         doorbell: "RunDoorbell | None" = None,
         extra_tools: dict[str, Tool] | None = None,
@@ -53,6 +53,11 @@ class ToolRunner:
         self.config = dict(config or {})
         registry = all_tools()
         self._builtin = {name: registry[name]() for name in (agent.allowed_tools or []) if name in registry}
+
+    def for_agent(self, agent: "AgentSpec") -> "ToolRunner":
+        """A runner for another agent of the same run (delegation): its own tools and approvals."""
+        return ToolRunner(run_id=self.run_id, conversation_id=self.conversation_id, agent=agent, emit=self.emit,
+                          doorbell=self.doorbell, extra_tools=self.extra_tools, config=self.config)
 
     # --- what the model is offered -----------------------------------------------------------
     def names(self) -> list[str]:
@@ -138,19 +143,6 @@ class ToolRunner:
             "toolCallId": state["tool_call_id"], "name": state["name"], "status": status,
             "isError": result.is_error, "output": result.output[:_PATCH_OUTPUT_CHARS],
         }))
-        await _tool_message_create(
-            conversation_id=self.conversation_id,
-            run_id=self.run_id,
-            content=result.output,
-            metadata={
-                "toolCallId": state["tool_call_id"],
-                "name": state["name"],
-                "input": state["input"],
-                "status": status,
-                "isError": result.is_error,
-                **({"confirmationId": confirmation_id} if confirmation_id else {}),
-            },
-        )
         if confirmation_id:
             await _confirmation_set_output(confirmation_id=confirmation_id, output=result.output)
 
@@ -207,11 +199,3 @@ def _confirmation_set_output(*, confirmation_id: str, output: str) -> None:
     from .models import ToolConfirmation
 
     ToolConfirmation.objects.filter(id=confirmation_id).update(output=output[:100_000])
-
-
-@sync_to_async
-def _tool_message_create(*, conversation_id: str, run_id: str, content: str, metadata: dict[str, Any]) -> None:
-    from chat_app.models import Message
-
-    Message.objects.create(conversation_id=conversation_id, run_id=run_id, role=Message.Role.TOOL,
-                           content=content, metadata=metadata)

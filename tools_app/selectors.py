@@ -6,7 +6,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from orchestrator_site.errors import InvalidInput
+from core.errors import InvalidInput
 
 from .models import ToolConfirmation
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 
 from .base import Engine, EngineContext, EngineError, EngineResult, registered_engines
 
@@ -12,13 +13,21 @@ logger = logging.getLogger("orchestrator.engines")
 _BUILTIN = ["mock", "claude", "ollama"]
 _OPTIONAL = ["claude_agent_sdk"]
 _loaded = False
+_load_lock = threading.RLock()
 
 
 def _load() -> None:
     global _loaded
     if _loaded:
         return
-    _loaded = True
+    # Request threads may ask at the same time: none may see a half-filled registry.
+    with _load_lock:
+        if not _loaded:
+            _import_engines()
+            _loaded = True
+
+
+def _import_engines() -> None:
     for name in _BUILTIN:
         try:
             importlib.import_module(f"{__name__}.{name}")

@@ -10,27 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Protocol
 
-from chat_app.events import RunEventBase
+from core.errors import EngineError, ErrorCode  # noqa: F401  (engines raise these)
+from core.events import RunEventBase
 from orchestrator_site.registry import register_subclass
 
 if TYPE_CHECKING:
-    from agents_app.models import Agent
-    from tools_app.runner import ToolRunner
+    from agents_app.specs import AgentSpec
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _ENGINES: dict[str, type["Engine"]] = {}
-
-
-class EngineError(Exception):
-    """A run-ending engine failure with a readable message and a stable code."""
-
-    def __init__(self, message: str, *, code: str = "engine_error", retryable: bool = False):
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.retryable = retryable
 
 
 @dataclass
@@ -43,22 +33,39 @@ class EngineResult:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+class ToolPort(Protocol):
+    """What an engine may do with tools: list them, and call one (approvals, recording and the
+    ``tool.state`` events happen behind the port; a tool's failure comes back as a result)."""
+
+    def names(self) -> list[str]: ...
+
+    def specs(self) -> list[dict[str, Any]]: ...
+
+    def requires_approval(self, name: str) -> bool: ...
+
+    async def call(self, *, tool_call_id: str, name: str, input: Any) -> Any: ...
+
+    def for_agent(self, agent: "AgentSpec") -> "ToolPort":
+        """The same port acting for another agent (its tools, approvals, workspace): delegation."""
+        ...
+
+
 @dataclass
 class EngineContext:
     run_id: str
     conversation_id: str
-    agent: "Agent"
+    agent: "AgentSpec"
     model: str
     user_input: str
     # Earlier turns, oldest first: [{"role": "user"|"assistant", "content": str}].
     history: list[dict[str, str]]
-    tools: "ToolRunner"
+    tools: "ToolPort"
     session_id: str = ""
     system_prompt: str = ""
     workspace: Path = Path(".")
     options: dict[str, Any] = field(default_factory=dict)
     # Loads another agent by role (for engines that delegate); None when unknown or disabled.
-    load_agent: Callable[[str], Awaitable["Agent | None"]] | None = None
+    load_agent: Callable[[str], Awaitable["AgentSpec | None"]] | None = None
 
 
 class Engine:
@@ -81,6 +88,11 @@ class Engine:
     @classmethod
     def default_model(cls) -> str:
         return ""
+
+    @classmethod
+    def health_details(cls) -> dict[str, Any]:
+        """Extra facts for ``/health`` (e.g. a probe's latency); nothing by default."""
+        return {}
 
     def run(self, ctx: EngineContext) -> AsyncIterator[RunEventBase | EngineResult]:
         raise NotImplementedError

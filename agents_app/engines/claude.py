@@ -23,7 +23,7 @@ import anthropic
 import httpx2
 from django.conf import settings
 
-from chat_app.events import RunEventBase, TextDelta
+from core.events import RunEventBase, TextDelta
 
 from .base import Engine, EngineContext, EngineError, EngineResult
 

@@ -65,9 +65,9 @@ from claude_agent_sdk import (
 )
 from django.conf import settings
 
-from chat_app.events import RunEventBase, TextDelta, ToolCallState, ToolStatus
+from core.events import RunEventBase, TextDelta, ToolCallState, ToolStatus
 
-from .base import Engine, EngineContext, EngineError, EngineResult
+from .base import Engine, EngineContext, EngineError, EngineResult, ErrorCode
 
 logger = logging.getLogger("orchestrator.engines.agent_sdk")
 
@@ -79,7 +79,8 @@ BUILTIN_TOOL_MAP: dict[str, list[str]] = {
     "web_fetch": ["WebFetch"],
 }
 
-_ERROR_CODES = {401: "authentication_failed", 403: "permission_denied", 429: "rate_limited", 529: "overloaded"}
+_ERROR_CODES = {401: ErrorCode.AUTHENTICATION_FAILED, 403: ErrorCode.PERMISSION_DENIED, 429: ErrorCode.RATE_LIMITED,
+                529: ErrorCode.PROVIDER_OVERLOADED}
 
 
 def _cli_path() -> str | None:

@@ -6,7 +6,9 @@ script its behaviour, so every tool, confirmation and failure path can be exerci
 - ``/tool <name> <json input>``: call a tool (approval rules apply), then mention its output;
 - ``/fail <message>``: end the run as failed with that message;
 - ``/sleep <seconds>``: wait that long before answering (a slow model, for pings and cancel);
-- ``/recall``: answer with the earlier turns it was given (shows resume/history context).
+- ``/recall``: answer with the earlier turns it was given (shows resume/history context);
+- ``/drip <count> <seconds>``: stream the reply in ``count`` pieces, one every ``seconds`` (a
+  steady model).
 
 Any other text is echoed back: ``Mock reply from <role>: <text>``.
 """
@@ -17,7 +19,7 @@ import json
 import uuid
 from typing import AsyncIterator
 
-from chat_app.events import RunEventBase, TextDelta
+from core.events import RunEventBase, TextDelta
 
 from .base import Engine, EngineContext, EngineError, EngineResult
 
@@ -41,6 +43,7 @@ class MockEngine(Engine):
         text_lines: list[str] = []
         notes: list[str] = []
         step = 0
+        drip: tuple[int, float] | None = None
         for line in ctx.user_input.splitlines() or [""]:
             stripped = line.strip()
             if stripped.startswith("/tool "):
@@ -66,6 +69,12 @@ class MockEngine(Engine):
                 except ValueError:
                     raise EngineError("mock: /sleep takes a number of seconds", code="invalid_script")
                 await asyncio.sleep(max(0.0, min(seconds, 3600.0)))
+            elif stripped.startswith("/drip"):
+                try:
+                    count_text, _, pace_text = stripped[len("/drip"):].strip().partition(" ")
+                    drip = (max(1, min(int(count_text), 100_000)), max(0.0, min(float(pace_text or "0"), 60.0)))
+                except ValueError:
+                    raise EngineError("mock: /drip takes a count and seconds between pieces", code="invalid_script")
             elif stripped == "/recall":
                 turns = [f"{m['role']}: {m['content']}" for m in ctx.history]
                 notes.append("Earlier turns: " + (" | ".join(turns) if turns else "none"))
@@ -76,8 +85,15 @@ class MockEngine(Engine):
         reply = f"Mock reply from {ctx.agent.role}: {said}" if said else f"Mock reply from {ctx.agent.role}."
         if notes:
             reply += " " + " ".join(notes)
-        for chunk in _chunks(reply):
-            yield TextDelta(text=chunk)
-            await asyncio.sleep(0)
+        if drip is not None:
+            count, pace = drip
+            size = max(1, -(-len(reply) // count))
+            for start in range(0, len(reply), size):
+                yield TextDelta(text=reply[start:start + size])
+                await asyncio.sleep(pace)
+        else:
+            for chunk in _chunks(reply):
+                yield TextDelta(text=chunk)
+                await asyncio.sleep(0)
         usage = {"input_tokens": len(ctx.user_input.split()), "output_tokens": len(reply.split())}
         yield EngineResult(text=reply, usage=usage, session_id=ctx.session_id or f"mock-{uuid.uuid4().hex}")

@@ -38,19 +38,34 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import datetime, timezone
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
+import requests
 from django.conf import settings
 
-from chat_app.events import ContextPatch, RunEventBase, TextDelta
+from agents_app.health import CachedProbe
+from core.events import ContextPatch, RunEventBase, TextDelta
 
 from .base import Engine, EngineContext, EngineResult
 
 if TYPE_CHECKING:
-    from agents_app.models import Agent
-    from tools_app.runner import ToolRunner
+    from agents_app.specs import AgentSpec
+
+    from .base import ToolPort
+
+def _probe_tags(base_url: str) -> str | None:
+    try:
+        response = requests.get(base_url.rstrip("/") + "/api/tags", timeout=float(settings.OLLAMA_PROBE_TIMEOUT))
+    except requests.RequestException as exc:
+        return type(exc).__name__
+    return None if response.status_code < 400 else f"GET /api/tags answered HTTP {response.status_code}"
+
+
+# Shared by the router and /health: at most one probe per OLLAMA_HEALTH_TTL seconds.
+OLLAMA_PROBE = CachedProbe(_probe_tags, ttl=lambda: float(settings.OLLAMA_HEALTH_TTL))
 
 MAX_STEPS_ANSWER = "[MAX STEPS REACHED - No final answer provided]"
 NO_ANSWER = "[NO ANSWER]"
@@ -235,10 +250,10 @@ def _decode(raw: str) -> str:
 class _Actor:
     """The agent currently answering: its row, prompt, model and tool runner."""
 
-    agent: "Agent"
+    agent: "AgentSpec"
     prompt: str
     model: str
-    tools: "ToolRunner"
+    tools: "ToolPort"
 
     @property
     def role(self) -> str:
@@ -250,11 +265,23 @@ class OllamaEngine(Engine):
     provider = "ollama"
     description = "Seed 004's JSON-action orchestrator loop (tools + delegation) on a local Ollama server."
 
+    fallback = "mock"
+
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        # Reachability is a network question; the router must not do I/O. A down server fails the
-        # run with provider_unreachable, naming the model and the endpoint.
-        return None
+        """Why no Ollama answers at ``OLLAMA_URL`` (cached probe of ``GET /api/tags``), or None.
+
+        Only a server that does not answer at all sends runs to the fallback; one that answers
+        but fails a request (missing model, HTTP 500) fails the run readably instead.
+        """
+        result = OLLAMA_PROBE.result(settings.OLLAMA_URL)
+        return None if result.ok else f"no Ollama answering at {settings.OLLAMA_URL}: {result.reason}"
+
+    @classmethod
+    def health_details(cls) -> dict[str, Any]:
+        result = OLLAMA_PROBE.result(settings.OLLAMA_URL)
+        return {"url": settings.OLLAMA_URL, "latency_ms": result.latency_ms,
+                "checked_at": datetime.fromtimestamp(result.checked_at, tz=timezone.utc).isoformat()}
 
     @classmethod
     def default_model(cls) -> str:
@@ -363,13 +390,8 @@ class OllamaEngine(Engine):
         agent = await ctx.load_agent(role)
         if agent is None:
             return None
-        from tools_app.runner import ToolRunner
-
-        home_tools = ctx.tools
-        tools = ToolRunner(run_id=home_tools.run_id, conversation_id=home_tools.conversation_id, agent=agent,
-                           emit=home_tools.emit, doorbell=home_tools.doorbell, extra_tools=home_tools.extra_tools,
-                           config=home_tools.config)
-        prompt = await asyncio.to_thread(agent.effective_system_prompt)
+        tools = ctx.tools.for_agent(agent)
+        prompt = agent.effective_system_prompt()
         # A delegate's own model only applies when it is an Ollama agent; otherwise keep the run's.
         model = agent.model if agent.engine == self.name and agent.model else ctx.model
         actors[role] = _Actor(agent=agent, prompt=prompt, model=model, tools=tools)

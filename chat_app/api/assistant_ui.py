@@ -19,16 +19,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from django.http import JsonResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from chat_app import services
-from chat_app.sse.base import launch_run
+from chat_app.api.streaming import AsyncApiView
+from chat_app.executor import get_executor
+from core.events import ContextPatch, RunEnded
 
 PLACEHOLDER = "No text content provided."
 CHAT_AGENT_ROLE = "orchestrator"
@@ -94,17 +95,19 @@ async def _await_outcome(run_id: str) -> tuple[list[dict[str, Any]], dict[str, A
     """Read the run until it ends: the seed's step events and the ``agent.end`` payload."""
     steps: list[dict[str, Any]] = []
     end: dict[str, Any] = {}
-    async for recorded in services.run_subscribe(run_id=run_id):
-        if recorded.event == "context.patch" and recorded.payload.get("kind") == "step":
-            data = recorded.payload.get("data") or {}
-            steps.append({key: data.get(key) for key in ("step", "agent", "action", "tool", "target_agent", "thought")})
-        elif recorded.event == "agent.end":
+    async for recorded in get_executor().subscribe(run_id):
+        data = recorded.data
+        if isinstance(data, ContextPatch) and data.kind == "step":
+            steps.append({key: (data.data or {}).get(key)
+                          for key in ("step", "agent", "action", "tool", "target_agent", "thought")})
+        elif isinstance(data, RunEnded):
             end = recorded.payload
     return steps, end
 
 
-class AssistantUiChatApi(APIView):
+class AssistantUiChatApi(AsyncApiView):
     parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
 
     @extend_schema(
         request=AssistantUiChatInput,
@@ -116,24 +119,28 @@ class AssistantUiChatApi(APIView):
         },
         summary="Seed 004 /chat: run the orchestrator on assistant-ui messages, return answer + step events",
     )
-    def post(self, request: Request) -> Response:
-        data = request.data
-        serializer = AssistantUiChatInput(data=data if isinstance(data, dict) else {"messages": None})
-        serializer.is_valid(raise_exception=True)
-        conversation_id = serializer.validated_data.get("conversationId")
-        text, history = split_messages(serializer.validated_data["messages"])
-        created = services.run_create(
-            user=request.user, input=text, agent_role=CHAT_AGENT_ROLE,
-            conversation_id=str(conversation_id) if conversation_id else None,
-            history=None if conversation_id else history,
-        )
-        launch_run(created)
-        steps, end = async_to_sync(_await_outcome)(str(created.run.id))
+    async def post(self, request) -> JsonResponse:
+        created = await self.burst(self._create, request)
+        get_executor().submit(created.launch)
+        steps, end = await _await_outcome(str(created.run.id))
         ids = {"runId": str(created.run.id), "conversationId": str(created.conversation.id)}
         if end.get("status") != "succeeded":
             code = end.get("errorCode") or ("run_" + str(end.get("status") or "lost"))
             status = _FAILURE_STATUS.get(code, 502 if code.startswith("provider_") else 500)
             message = end.get("error") or f"The run ended {end.get('status') or 'without a result'}."
-            return Response({"code": code, "message": message, **ids, "events": steps}, status=status)
-        return Response({"answer": end.get("text", ""), "events": steps, **ids})
+            return JsonResponse({"code": code, "message": message, **ids, "events": steps}, status=status)
+        return JsonResponse({"answer": end.get("text", ""), "events": steps, **ids},
+                            json_dumps_params={"ensure_ascii": False})
 
+    @staticmethod
+    def _create(request: Request) -> services.RunCreated:
+        data = request.data
+        serializer = AssistantUiChatInput(data=data if isinstance(data, dict) else {"messages": None})
+        serializer.is_valid(raise_exception=True)
+        conversation_id = serializer.validated_data.get("conversationId")
+        text, history = split_messages(serializer.validated_data["messages"])
+        return services.run_create(
+            user=request.user, input=text, agent_role=CHAT_AGENT_ROLE,
+            conversation_id=str(conversation_id) if conversation_id else None,
+            history=None if conversation_id else history,
+        )

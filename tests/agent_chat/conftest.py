@@ -129,6 +129,49 @@ def events_of(frames: list[Frame]) -> list[Frame]:
     return [f for f in frames if f.data is not None]
 
 
+class ListSubscription:
+    """A subscription over recorded events: one event per batch (a reader that keeps up), or
+    everything in one batch (``batch=True``: a reader that fell behind)."""
+
+    def __init__(self, events, *, batch: bool = False):
+        self.batches = [list(events)] if batch else [[e] for e in events]
+
+    async def next(self, deadline=None):
+        return self.batches.pop(0) if self.batches else None
+
+    async def close(self):
+        return None
+
+
+async def render(dialect_cls, events, *, batch: bool = False, run_id: str = "run-1", conversation_id: str = "conv-1",
+                 **options) -> list:
+    """All frames a dialect gives for a recorded sequence, through the one stream function."""
+    from chat_app.transports import stream_run
+
+    dialect = dialect_cls(run_id=run_id, conversation_id=conversation_id, **options)
+    return [frame async for frames in stream_run(dialect, ListSubscription(events, batch=batch), ping_interval=60)
+            for frame in frames]
+
+
+def merged_run_events(frames: list[Frame]) -> list[tuple[int, str, dict]]:
+    """``(seq, event, payload)`` of the run's events with consecutive ``agent.delta`` merged (text
+    joined, the last seq kept): how a stream may cut the text depends on how fast it was read."""
+    out: list[tuple[int, str, dict]] = []
+    for frame in run_events_of(frames):
+        seq, name, payload = int(frame.id), frame.event, dict(frame.payload)
+        if name == "agent.delta" and out and out[-1][1] == "agent.delta" and out[-1][2].get("agent") == payload.get("agent"):
+            payload = {**out[-1][2], "text": out[-1][2]["text"] + payload["text"]}
+            out[-1] = (seq, name, payload)
+        else:
+            out.append((seq, name, payload))
+    return out
+
+
+def run_events_of(frames: list[Frame]) -> list[Frame]:
+    """The run's own events (they carry the run-log seq): no comments, pings or conversation.created."""
+    return [f for f in frames if f.data is not None and f.event not in ("ping", "conversation.created")]
+
+
 def tool_states(frames: list[Frame]) -> list[str]:
     return [f.payload["status"] for f in frames if f.data and f.event == "tool.state"]
 

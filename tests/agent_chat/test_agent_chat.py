@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from chat_app import runtime
+from chat_app.executor import get_executor
 from chat_app.models import Conversation, Message, Run
-from tests.agent_chat.conftest import WRITE_TOOL, events_of, parse_sse, tool_states
+from tests.agent_chat.conftest import WRITE_TOOL, events_of, merged_run_events, parse_sse, run_events_of, tool_states
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,7 +30,7 @@ def _collapse(names: list[str]) -> list[str]:
 # --- CHAT-030: the stream ------------------------------------------------------------------------
 
 async def test_chat030_successful_run_streams_start_delta_message_end(chat):
-    reader = await chat.chat({"input": "hello there my good friend", "agentRole": "coder"})
+    reader = await chat.chat({"input": "/drip 3 0.05\nhello there my good friend", "agentRole": "coder"})
     response = reader.response
     assert response["Content-Type"].startswith("text/event-stream")
     assert response["Cache-Control"].startswith("no-cache")
@@ -40,7 +40,8 @@ async def test_chat030_successful_run_streams_start_delta_message_end(chat):
     assert names.count("agent.delta") >= 2
 
     created, *logged = events_of(frames)
-    assert created.id is None and created.payload == {"conversationId": response["X-Conversation-Id"]}
+    # conversation.created is not in the run's log: id 0, so a resume from it replays everything.
+    assert created.id == "0" and created.payload == {"conversationId": response["X-Conversation-Id"]}
     # Every logged message: `id: <seq>` and data {"event", "data", "id"}, seq 1..n without gaps.
     assert [int(f.id) for f in logged] == list(range(1, len(logged) + 1))
     for frame in logged:
@@ -62,7 +63,7 @@ async def test_chat030_raw_wire_format(chat):
     reader = await chat.chat({"input": "wire", "agentRole": "coder"})
     await reader.rest()
     blocks = reader.raw.split("\n\n")
-    assert blocks[0].startswith("data: {\"event\":\"conversation.created\"")
+    assert blocks[0].startswith("id: 0\ndata: {\"event\":\"conversation.created\"")
     assert blocks[1].startswith("id: 1\ndata: {\"event\":\"agent.start\",\"data\":{")
     assert reader.raw.endswith("\n\n")
 
@@ -158,7 +159,7 @@ async def test_chat030_reconnect_with_last_event_id_has_no_gap_and_no_duplicate(
     reader = await chat.chat({"input": f"{WRITE_TOOL}\nafter the tool", "agentRole": "coder"})
     run_id = reader.response["X-Run-Id"]
     await reader.until(lambda f: f.event == "agent.start")
-    first_part = [f for f in events_of(reader.frames) if f.id is not None]
+    first_part = run_events_of(reader.frames)
     last_id = first_part[-1].id
     await reader.close()  # gone while the run goes on and then waits for a person
 
@@ -170,7 +171,7 @@ async def test_chat030_reconnect_with_last_event_id_has_no_gap_and_no_duplicate(
     assert awaiting.payload["confirmationId"] == str(confirmation.id)
     status, _ = await chat.json("POST", f"/v1/tool-confirmations/{confirmation.id}/approve")
     assert status == 200
-    second_part = [f for f in events_of(await again.rest()) if f.id is not None]
+    second_part = run_events_of(await again.rest())
     ids = [int(f.id) for f in first_part + second_part]
     assert ids == list(range(1, ids[-1] + 1)), ids
     assert second_part[-1].event == "agent.end" and second_part[-1].payload["status"] == "succeeded"
@@ -179,16 +180,15 @@ async def test_chat030_reconnect_with_last_event_id_has_no_gap_and_no_duplicate(
 
 async def test_chat030_reconnect_replays_from_the_database_after_the_run_left_memory(chat):
     reader = await chat.chat({"input": "one two three four", "agentRole": "coder"})
-    streamed = [f for f in events_of(await reader.rest()) if f.id is not None]
+    streamed = run_events_of(await reader.rest())
     run_id = reader.response["X-Run-Id"]
-    runtime.LIVE_RUNS.pop(run_id, None)  # as if served by another process or after a restart
-    for query, headers in [("", {"Last-Event-ID": "2"}), ("?after=2", {})]:
+    get_executor().live.pop(run_id, None)  # as if served by another process or after a restart
+    expected = merged_run_events(streamed)
+    for query, headers in [("", {"Last-Event-ID": "1"}), ("?after=1", {})]:
         replay = await chat.events(run_id, query=query, **headers)
-        frames = [f for f in events_of(await replay.rest()) if f.id is not None]
-        # Compared as JSON: a database may store the payload with its keys in another order.
-        assert [(f.id, json.loads(f.data)) for f in frames] == [(f.id, json.loads(f.data)) for f in streamed[2:]]
+        assert merged_run_events(await replay.rest()) == expected[1:]
     full = await chat.events(run_id)
-    assert [json.loads(f.data) for f in events_of(await full.rest())] == [json.loads(f.data) for f in streamed]
+    assert merged_run_events(await full.rest()) == expected
 
 
 async def test_chat030_events_endpoint_errors(chat, other_chat):
@@ -274,9 +274,20 @@ async def test_chat060_ping_while_model_is_slow(chat, settings):
     pings = [f for f in frames if f.data and f.event == "ping"]
     assert len(pings) >= 3
     for ping in pings:
-        assert ping.id is None and set(ping.json) == {"event", "data"} and "at" in ping.payload
+        # A ping repeats the last seq sent (0 before any), so a reconnect after it misses nothing.
+        assert ping.id is not None and set(ping.json) == {"event", "data"} and "at" in ping.payload
     # Pings only while the run is open: none after agent.end.
     assert _names(frames)[-1] == "agent.end"
+
+
+async def test_chat060_pings_are_periodic_while_events_flow(chat, settings):
+    """CHAT-060: a ping every interval even while the answer streams steadily (never a silence)."""
+    settings.SSE_PING_INTERVAL = 0.2
+    reader = await chat.chat({"input": "/drip 40 0.02\nsteady", "agentRole": "coder"})
+    frames = events_of(await reader.rest())
+    names = [f.event for f in frames]
+    first, last = names.index("agent.delta"), len(names) - 1 - names[::-1].index("agent.delta")
+    assert names[first:last].count("ping") >= 2, names
 
 
 async def test_chat060_ping_while_waiting(chat, settings):
@@ -295,7 +306,7 @@ async def test_chat080_timeline_is_complete_and_ordered(chat):
     reader = await chat.chat({"input": f"{WRITE_TOOL}\ndone", "agentRole": "coder"})
     awaiting = await reader.until(lambda f: f.event == "tool.state" and f.payload["status"] == "awaiting_input")
     await chat.json("POST", f"/v1/tool-confirmations/{awaiting.payload['confirmationId']}/approve")
-    streamed = [f for f in events_of(await reader.rest()) if f.id is not None]
+    streamed = run_events_of(await reader.rest())
     status, timeline = await chat.json("GET", f"/v1/agent/runs/{reader.response['X-Run-Id']}/timeline")
     assert status == 200
     assert timeline["runId"] == reader.response["X-Run-Id"]
@@ -335,31 +346,37 @@ async def _run_with_events(user, status: str, names: list[str]) -> Run:
     return run
 
 
-async def test_chat030_reader_in_another_process_waits_for_agent_end_after_terminal_status(user):
-    # The run's status is committed just before its last events are flushed; a database reader
-    # that sees the status first must still deliver agent.message and agent.end.
+async def test_chat030_reader_in_another_process_is_woken_by_the_ring_not_a_timer(user, monkeypatch):
+    """A reader of a run executing elsewhere wakes on each recorded batch's ring (the database
+    re-read on a timer is only the safety net, made too slow to matter here)."""
     from django.utils import timezone
 
+    from chat_app import eventlog
     from chat_app.models import RunEvent
     from chat_app.services import run_subscribe
+    from core.doorbell import ring
 
-    run = await _run_with_events(user, "succeeded", ["agent.start", "agent.delta"])
+    monkeypatch.setattr(eventlog, "SAFETY_NET_SECONDS", 60.0)
+    run = await _run_with_events(user, "running", ["agent.start"])
+    events = run_subscribe(run_id=str(run.id))
+    assert (await asyncio.wait_for(anext(events), 5)).event == "agent.start"
+    next_event = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0.2)  # the reader is waiting now
+    await RunEvent.objects.acreate(run=run, seq=2, event="agent.delta", at=timezone.now(), payload={"text": "hi"})
+    await ring(str(run.id), "events")
+    assert (await asyncio.wait_for(next_event, 5)).event == "agent.delta"
+    # The end: the final status and agent.end commit together, then the ring.
+    await RunEvent.objects.acreate(run=run, seq=3, event="agent.end", at=timezone.now(), payload={"status": "succeeded"})
+    await Run.objects.filter(id=run.id).aupdate(status="succeeded")
+    await ring(str(run.id), "events")
+    rest = await asyncio.wait_for(_collect(events), 5)
+    assert [e.event for e in rest] == ["agent.end"]
 
-    async def late_flush():
-        await asyncio.sleep(0.4)
-        for seq, name in [(3, "agent.message"), (4, "agent.end")]:
-            await RunEvent.objects.acreate(run=run, seq=seq, event=name, at=timezone.now(), payload={})
 
-    flusher = asyncio.create_task(late_flush())
-    events = [e async for e in run_subscribe(run_id=str(run.id), after_seq=1)]
-    await flusher
-    assert [(e.seq, e.event) for e in events] == [(2, "agent.delta"), (3, "agent.message"), (4, "agent.end")]
-
-
-async def test_chat030_reader_gives_up_on_a_run_that_died_without_agent_end(user, monkeypatch):
+async def test_chat030_reader_of_a_run_that_died_without_agent_end_stops_at_once(user):
+    """Terminal status with nothing after the last event: there is nothing more to wait for."""
     from chat_app.services import run_subscribe
 
-    monkeypatch.setattr(runtime, "_TERMINAL_GRACE_SECONDS", 0.2)
     run = await _run_with_events(user, "failed", ["agent.start"])
     events = await asyncio.wait_for(_collect(run_subscribe(run_id=str(run.id))), 5)
     assert [e.event for e in events] == ["agent.start"]

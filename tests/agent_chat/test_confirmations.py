@@ -154,3 +154,68 @@ async def test_chat050_pending_list_leaves_out_confirmations_of_ended_runs(chat)
     assert confirmation.status == "expired" and confirmation.reason == "run cancelled"
     status, body = await chat.json("POST", f"/v1/tool-confirmations/{awaiting['confirmationId']}/approve")
     assert status == 409
+
+
+# --- approvals cannot outlive their run -----------------------------------------------------------
+
+async def test_confirmation_past_expires_at_is_409_expired(chat):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    reader, awaiting = await _start_waiting_run(chat)
+    cid = awaiting["confirmationId"]
+    await ToolConfirmation.objects.filter(id=cid).aupdate(expires_at=timezone.now() - timedelta(seconds=1))
+    for action in ("approve", "deny"):
+        status, body = await chat.json("POST", f"/v1/tool-confirmations/{cid}/{action}")
+        assert status == 409 and body["code"] == "confirmation_expired" and body["message"], body
+    row = await ToolConfirmation.objects.aget(id=cid)
+    assert row.status == "expired" and row.decided_by_id is None
+    await chat.json("POST", f"/v1/agent/runs/{reader.response['X-Run-Id']}/cancel")
+
+
+async def test_confirmation_of_a_run_whose_server_stopped_is_409_expired(chat, user):
+    """A run left 'running' by a process that died (its lease ran out) cannot be approved."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chat_app.models import Conversation, Run
+
+    conversation = await Conversation.objects.acreate(owner=user, title="ghost")
+    run = await Run.objects.acreate(conversation=conversation, engine="mock", status="running",
+                                    lease_expires_at=timezone.now() - timedelta(seconds=5))
+    ghost = await ToolConfirmation.objects.acreate(run=run, tool_call_id="t1", tool="bash", input={"command": "ls"},
+                                                   expires_at=timezone.now() + timedelta(minutes=5))
+    status, listed = await chat.json("GET", "/v1/tool-confirmations?status=pending")
+    status, body = await chat.json("POST", f"/v1/tool-confirmations/{ghost.id}/approve")
+    assert status == 409 and body["code"] == "confirmation_expired"
+    assert (await ToolConfirmation.objects.aget(id=ghost.id)).status == "expired"
+
+
+async def test_run_reap_orphans_ends_ghost_runs_and_expires_their_confirmations(user):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chat_app import services
+    from chat_app.models import Conversation, Run, RunEvent
+
+    conversation = await Conversation.objects.acreate(owner=user, title="ghost")
+    ghost = await Run.objects.acreate(conversation=conversation, engine="mock", status="running",
+                                      lease_expires_at=timezone.now() - timedelta(seconds=5))
+    alive = await Run.objects.acreate(conversation=conversation, engine="mock", status="running",
+                                      lease_expires_at=timezone.now() + timedelta(seconds=30))
+    await RunEvent.objects.acreate(run=ghost, seq=1, event="agent.start", at=timezone.now(), payload={})
+    pending = await ToolConfirmation.objects.acreate(run=ghost, tool_call_id="t1", tool="bash", input={})
+
+    assert await services.run_reap_orphans() == 1
+    ghost = await Run.objects.aget(id=ghost.id)
+    assert ghost.status == "failed" and ghost.ended_at is not None and "stopped" in ghost.error
+    assert (await Run.objects.aget(id=alive.id)).status == "running"
+    assert (await ToolConfirmation.objects.aget(id=pending.id)).status == "expired"
+    # A reader of the timeline (or a reconnecting stream) sees it end, with a stable code.
+    events = [e async for e in services.run_subscribe(run_id=str(ghost.id))]
+    assert [e.event for e in events] == ["agent.start", "error", "agent.end"]
+    assert events[1].payload["code"] == "run_lost" and events[2].payload["status"] == "failed"
+    assert await services.run_reap_orphans() == 0  # idempotent

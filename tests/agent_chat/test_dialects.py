@@ -5,10 +5,12 @@ import json
 
 import pytest
 
-from chat_app.events import RecordedEvent
-from chat_app.sse import agent_chat, vercel_ai
-from orchestrator_site.errors import InvalidInput
-from tests.agent_chat.conftest import parse_with_ai_sdk
+from chat_app.transports import agent_chat, vercel_ai
+from chat_app.transports.agent_chat import AgentChatDialect
+from chat_app.transports.vercel_ai import VercelAiDialect
+from core.errors import InvalidInput
+from core.events import RecordedEvent
+from tests.agent_chat.conftest import parse_with_ai_sdk, render
 
 RUN, CONV = "run-1", "conv-1"
 _TOOL = {"toolCallId": "t1", "name": "write_file", "input": {"path": "a.txt"}}
@@ -28,8 +30,7 @@ RECORDED = [
 
 
 def _recorded(items=RECORDED) -> list[RecordedEvent]:
-    return [RecordedEvent(run_id=RUN, seq=i, event=name, at="2025-01-01T00:00:00+00:00", payload=payload)
-            for i, (name, payload) in enumerate(items, start=1)]
+    return [RecordedEvent.from_payload(RUN, i, name, payload) for i, (name, payload) in enumerate(items, start=1)]
 
 
 async def _aiter(items):
@@ -43,16 +44,26 @@ def test_agent_chat_frames_are_exact():
         'id: 1\ndata: {"event":"agent.start","data":{"runId":"run-1","conversationId":"conv-1","agentRole":"coder",'
         '"engine":"mock","model":"mock-1"},"id":1}\n\n')
     assert agent_chat.conversation_created_frame(CONV) == (
-        'data: {"event":"conversation.created","data":{"conversationId":"conv-1"}}\n\n')
-    ping = agent_chat.ping_frame()
-    assert ping.startswith('data: {"event":"ping","data":{"at":"') and "id:" not in ping
+        'id: 0\ndata: {"event":"conversation.created","data":{"conversationId":"conv-1"}}\n\n')
+    ping = agent_chat.ping_frame(7)
+    assert ping.startswith('id: 7\ndata: {"event":"ping","data":{"at":"')
 
 
 async def test_agent_chat_render_announces_conversation_first():
-    frames = [f async for f in agent_chat.render(_aiter(_recorded()), run_id=RUN, conversation_id=CONV,
-                                                 conversation_created=True, ping_interval=10)]
-    assert json.loads(frames[0][len("data: "):])["event"] == "conversation.created"
+    frames = await render(AgentChatDialect, _recorded(), conversation_created=True)
+    assert json.loads(frames[0].split("data: ", 1)[1])["event"] == "conversation.created"
     assert len(frames) == len(RECORDED) + 1
+
+
+async def test_stream_coalesces_deltas_for_a_slow_reader_without_losing_text():
+    """Deltas that piled up while the reader was busy go out as one frame, text intact, in order."""
+    frames = await render(AgentChatDialect, _recorded(), batch=True)
+    events = [json.loads(f.split("data: ", 1)[1]) for f in frames]
+    names = [e["event"] for e in events]
+    assert names == ["agent.start", "agent.delta", "tool.state", "tool.state", "tool.state", "tool.state",
+                     "context.patch", "agent.delta", "agent.message", "agent.end"]
+    assert events[1]["data"]["text"] == "Let me write." and events[1]["id"] == 3  # the last merged seq
+    assert [e["id"] for e in events] == sorted(e["id"] for e in events)
 
 
 def test_vercel_translation_is_exact():
@@ -93,8 +104,7 @@ def test_vercel_translation_is_exact():
 
 
 async def test_vercel_render_is_accepted_by_the_ai_package(ai_sdk):
-    raw = "".join([f async for f in vercel_ai.render(_aiter(_recorded()), run_id=RUN, conversation_id=CONV,
-                                                     conversation_created=True, ping_interval=10)])
+    raw = "".join(await render(VercelAiDialect, _recorded(), conversation_created=True))
     assert raw.endswith("data: [DONE]\n\n")
     result = parse_with_ai_sdk(ai_sdk, ": ping\n\n" + raw)  # a comment ping is skipped by the SDK
     assert result["invalid"] == [] and result["errors"] == [] and result["done"]

@@ -53,7 +53,7 @@ class HttpSse:
         return self.frames
 
     def logged(self) -> list[Frame]:
-        return [f for f in self.frames if f.id is not None]
+        return [f for f in self.frames if f.data is not None and f.event not in ("ping", "conversation.created")]
 
 
 def _auth(pair) -> dict[str, str]:

@@ -119,13 +119,47 @@ async def test_run_tool_result_is_a_context_patch_and_a_tool_message(user, agent
 
 
 async def test_run_cancel_before_the_task_starts_still_records_the_end(user):
-    from chat_app import runtime
+    from chat_app.executor import get_executor
 
     created = await sync_to_async(services.run_create)(user=user, input="never answered", agent_role="coder")
-    await services.run_launch(run=created.run)
+    get_executor().submit(created.launch)
     # No await between launch and cancel: the run's task has not begun executing yet.
-    assert await runtime.cancel_local(str(created.run.id))
+    assert await get_executor().cancel(str(created.run.id))
     events = await _collect(str(created.run.id))
     assert events[-1].event == "agent.end" and events[-1].payload["status"] == "cancelled"
     run = await Run.objects.aget(id=created.run.id)
     assert run.status == "cancelled" and run.ended_at is not None
+
+
+async def test_run_cancel_while_finishing_cannot_overwrite_the_answer(user, monkeypatch):
+    """A cancel that lands after the engine returned is refused (409): one final status, written once."""
+    import asyncio
+
+    from core.errors import Conflict
+    from tests.conftest import wait_for
+
+    from chat_app.eventlog import LiveRun
+
+    reached, release = asyncio.Event(), asyncio.Event()
+    original = LiveRun.finish
+
+    async def slow_finish(self, final, commit):  # the engine has returned; the end is being recorded
+        reached.set()
+        await release.wait()
+        return await original(self, final, commit)
+
+    monkeypatch.setattr(LiveRun, "finish", slow_finish)
+    created = await services.run_start(user=user, input="finish me", agent_role="coder")
+    run_id = str(created.run.id)
+    await asyncio.wait_for(reached.wait(), 10)
+    cancel = asyncio.create_task(services.run_cancel(user=user, run_id=run_id))
+    await wait_for(lambda: Run.objects.filter(id=run_id, cancel_requested=True).aexists())
+    release.set()
+    with pytest.raises(Conflict) as refused:
+        await asyncio.wait_for(cancel, 15)
+    assert refused.value.code == "run_not_active" and refused.value.extra["status"] == "succeeded"
+    events = await _collect(run_id)
+    assert [e.payload["status"] for e in events if e.event == "agent.end"] == ["succeeded"]
+    run = await Run.objects.aget(id=run_id)
+    assert run.status == "succeeded"
+    assert await Message.objects.filter(run_id=run_id, role="assistant").acount() == 1

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from chat_app.models import Message, Run
-from tests.agent_chat.conftest import events_of
+from tests.agent_chat.conftest import events_of, run_events_of
 from tests.fakes.ollama_server import action, model_not_found, reply
 
 from .conftest import MODEL, user_query
@@ -133,13 +133,40 @@ async def test_chat_requires_authentication(trio, ollama):
     assert response.status_code == 401 and response.json()["code"] == "not_authenticated"
 
 
-async def test_chat_ollama_down_is_502_naming_model_and_endpoint(chat, trio, settings, closed_port_url):
+async def test_chat_no_ollama_answering_falls_back_to_mock(chat, trio, settings, closed_port_url):
+    """Seed 004's trio runs on Ollama; while none answers the router uses mock, says so, /health too."""
     settings.OLLAMA_URL = closed_port_url
+    response = await chat.post_json("/chat", SEED_BODY)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["answer"].startswith("Mock reply from orchestrator")
+    run = await Run.objects.aget(id=body["runId"])
+    assert run.engine == "mock" and f"no Ollama answering at {closed_port_url}" in run.route_note
+    health = (await chat.client.request("GET", "/health")).json()
+    assert health["engines"]["ollama"]["live"] is False and health["engines"]["ollama"]["fallback"] == "mock"
+    assert health["engines"]["ollama"]["url"] == closed_port_url
+
+
+async def test_chat_ollama_answering_probe_gets_ollama(chat, trio, ollama):
+    ollama.script(action("done", "final", answer="real answer"))
+    response = await chat.post_json("/chat", SEED_BODY)
+    assert response.status_code == 200 and response.json()["answer"] == "real answer"
+    health = (await chat.client.request("GET", "/health")).json()
+    assert health["engines"]["ollama"]["live"] is True and health["engines"]["ollama"]["url"] == ollama.url
+
+
+async def test_chat_ollama_gone_after_probe_is_502_naming_model_and_endpoint(chat, trio, ollama, settings):
+    from agents_app.engines.ollama import OLLAMA_PROBE
+
+    settings.OLLAMA_HEALTH_TTL = 300
+    url = ollama.url
+    assert OLLAMA_PROBE.result(url).ok  # the cached probe saw it up...
+    ollama.close()  # ...then it went away
     response = await chat.post_json("/chat", SEED_BODY)
     assert response.status_code == 502, response.content
     body = response.json()
     assert body["code"] == "provider_unreachable"
-    assert MODEL in body["message"] and f"{closed_port_url}/api/chat" in body["message"]
+    assert MODEL in body["message"] and f"{url}/api/chat" in body["message"]
     run = await Run.objects.aget(id=body["runId"])
     assert run.status == "failed"
 
@@ -173,7 +200,7 @@ async def test_chat_continues_a_conversation(chat, trio, ollama):
 async def test_agent_chat_stream_shows_steps_tools_delegation_and_answer(chat, trio, ollama, settings):
     ollama.script(*_tool_and_delegate_script(settings))
     reader = await chat.chat({"input": "Write fib", "agentRole": "orchestrator"})
-    frames = [f for f in events_of(await reader.rest()) if f.id is not None]
+    frames = run_events_of(await reader.rest())
     names = [f.event for f in frames]
     assert names[0] == "agent.start" and names[-1] == "agent.end"
     assert frames[0].payload["engine"] == "ollama"
@@ -207,7 +234,7 @@ async def test_agent_chat_stream_shows_each_loop_scenario(chat, trio, ollama, sc
         await trio["orchestrator"].asave()
     ollama.script(*script)
     reader = await chat.chat({"input": "go", "agentRole": "orchestrator"})
-    frames = [f for f in events_of(await reader.rest()) if f.id is not None]
+    frames = run_events_of(await reader.rest())
     steps = [f.payload["data"] for f in frames if f.event == "context.patch" and f.payload["kind"] == "step"]
     assert [s["step"] for s in steps] == list(range(1, len(script) + 1))
     assert frames[-1].payload["status"] == "succeeded" and frames[-1].payload["text"] == answer
@@ -225,20 +252,25 @@ async def test_agent_chat_stream_shows_mcp_bridge_success_and_error(chat, trio, 
         action("", "final", answer="pnl 3; filesystem failed"),
     )
     reader = await chat.chat({"input": "go", "agentRole": "orchestrator"})
-    frames = [f for f in events_of(await reader.rest()) if f.id is not None]
+    frames = run_events_of(await reader.rest())
     ends = [f.payload for f in frames if f.event == "tool.state" and f.payload["status"] in ("succeeded", "failed")]
     assert [(t["name"], t["status"]) for t in ends] == [("mcp_trader", "succeeded"), ("mcp_filesystem", "failed")]
     assert ends[0]["output"] == '{"pnl": 3}' and ends[1]["error"].startswith(f"ERROR(mcp:{mcp_server.url},crash)")
     assert frames[-1].payload["text"] == "pnl 3; filesystem failed"
 
 
-async def test_agent_chat_stream_ollama_down_ends_failed(chat, trio, settings, closed_port_url):
-    settings.OLLAMA_URL = closed_port_url
+async def test_agent_chat_stream_ollama_gone_after_probe_ends_failed(chat, trio, ollama, settings):
+    from agents_app.engines.ollama import OLLAMA_PROBE
+
+    settings.OLLAMA_HEALTH_TTL = 300
+    url = ollama.url
+    assert OLLAMA_PROBE.result(url).ok
+    ollama.close()
     reader = await chat.chat({"input": "hello", "agentRole": "orchestrator"})
-    frames = [f for f in events_of(await reader.rest()) if f.id is not None]
+    frames = run_events_of(await reader.rest())
     assert [f.event for f in frames][-2:] == ["error", "agent.end"]
     assert frames[-2].payload["code"] == "provider_unreachable"
-    assert frames[-1].payload["status"] == "failed" and closed_port_url in frames[-1].payload["error"]
+    assert frames[-1].payload["status"] == "failed" and url in frames[-1].payload["error"]
 
 
 async def test_chat_form_body_is_rejected_as_json(chat, trio, ollama):

@@ -249,8 +249,14 @@ async def test_ollama_engine_second_turn_includes_history(user, trio, ollama):
 
 # --- provider failures ---------------------------------------------------------------------------
 
-async def test_ollama_engine_unreachable_fails_run_naming_model_and_endpoint(user, trio, settings, closed_port_url):
-    settings.OLLAMA_URL = closed_port_url
+async def test_ollama_engine_unreachable_fails_run_naming_model_and_endpoint(user, trio, ollama, settings):
+    """Ollama answered the router's probe, then went away: the run fails readably (no fallback)."""
+    from agents_app.engines.ollama import OLLAMA_PROBE
+
+    settings.OLLAMA_HEALTH_TTL = 300
+    closed_port_url = ollama.url
+    assert OLLAMA_PROBE.result(closed_port_url).ok
+    ollama.close()
     created, events = await run_turn(user, "hello?")
     error = next(e.payload for e in events if e.event == "error")
     end = events[-1].payload

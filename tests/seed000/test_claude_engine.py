@@ -1,6 +1,8 @@
 """The Claude engine through the real anthropic SDK against the scripted server, seen over SSE."""
 from __future__ import annotations
 
+from tests.conftest import merged_content_deltas
+
 import asyncio
 import json
 import socket
@@ -42,9 +44,10 @@ async def test_claude_engine_streams_plain_answer(claude, token, settings):
     response, events = await post_stream(token, {"agent_role": ANALYST, "message": "hi"})
 
     assert response.status_code == 200
-    assert events[:3] == [{"type": "content_delta", "content": c} for c in ("Hel", "lo", " world")]
+    events = merged_content_deltas(events)
+    assert events[0] == {"type": "content_delta", "content": "Hello world"}
     done = events[-1]
-    assert types(events) == ["content_delta"] * 3 + ["done"]
+    assert types(events) == ["content_delta", "done"]
     assert done["content"] == "Hello world"
     assert done["usage"] == {"input_tokens": 12, "output_tokens": 3}
     assert done["run_id"] == response["X-Run-Id"] and done["conversation_id"] == response["X-Conversation-Id"]
@@ -118,10 +121,10 @@ async def test_claude_engine_tool_loop_read_file_then_answer(claude, token, anal
     )
     _, events = await post_stream(token, {"agent_role": ANALYST, "message": "How is lead time?"})
 
-    assert types(events) == ["content_delta", "content_delta", "tool_use", "tool_result",
-                             "content_delta", "content_delta", "content_delta", "done"]
-    assert events[2] == {"type": "tool_use", "id": "toolu_read1", "name": "read_file", "input": {"path": "metrics.csv"}}
-    assert events[3] == {"type": "tool_result", "tool_use_id": "toolu_read1", "name": "read_file",
+    events = merged_content_deltas(events)
+    assert types(events) == ["content_delta", "tool_use", "tool_result", "content_delta", "done"]
+    assert events[1] == {"type": "tool_use", "id": "toolu_read1", "name": "read_file", "input": {"path": "metrics.csv"}}
+    assert events[2] == {"type": "tool_result", "tool_use_id": "toolu_read1", "name": "read_file",
                          "output": "week,lead_time\n1,3.5\n2,2.0\n", "is_error": False, "status": "succeeded"}
     done = events[-1]
     assert done["content"] == "Let me look.\n\nLead time fell to 2.0."

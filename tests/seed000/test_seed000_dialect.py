@@ -1,7 +1,8 @@
 """The seed-000 mapping on a recorded canonical event sequence (no server, no database)."""
 from __future__ import annotations
 
-from chat_app.events import (
+from chat_app.transports.chat_stream import ChatStreamDialect
+from core.events import (
     AssistantMessage,
     ContextPatch,
     RecordedEvent,
@@ -11,19 +12,17 @@ from chat_app.events import (
     TextDelta,
     ToolCallState,
 )
-from chat_app.sse.seed000 import Seed000Translator
 
 RUN, CONV = "run-1", "conv-1"
 
 
 def _recorded(events) -> list[RecordedEvent]:
-    return [RecordedEvent(run_id=RUN, seq=i, event=e.event, at="t", payload=e.to_dict())
-            for i, e in enumerate(events, start=1)]
+    return [RecordedEvent(RUN, i, e) for i, e in enumerate(events, start=1)]
 
 
 def _translate(events) -> list[dict]:
-    translator = Seed000Translator()
-    return [item for recorded in _recorded(events) for item in translator.translate(recorded)]
+    dialect = ChatStreamDialect(run_id=RUN, conversation_id="")
+    return [item for recorded in _recorded(events) for item in dialect.translate(recorded)]
 
 
 def test_seed000_translator_maps_a_full_tool_run():

@@ -6,9 +6,9 @@ import logging
 import pytest
 from asgiref.sync import sync_to_async
 
-from chat_app.events import RecordedEvent
+from chat_app.transports.message_stream import MessageStreamDialect
+from core.events import RecordedEvent
 from chat_app.models import Conversation, Message, Run
-from chat_app.sse.seed003 import render_all
 from tests.conftest import wait_for
 
 from .conftest import open_stream, parse_frame, stream_path
@@ -23,9 +23,15 @@ async def _conversation(user, role: str = "coder") -> Conversation:
     return await Conversation.objects.acreate(owner=user, title="t", agent=agent)
 
 
+def render_all(events) -> list[str]:
+    dialect = MessageStreamDialect(run_id="r1", conversation_id="c1")
+    return [frame for event in events for frame in dialect.translate(event)]
+
+
 async def test_stream_chat_response_event_sequence(user, token):
     conversation = await _conversation(user)
-    stream = await open_stream(stream_path(str(conversation.id)), token=token, body={"content": "hello there friend"})
+    stream = await open_stream(stream_path(str(conversation.id)), token=token,
+                               body={"content": "/drip 3 0.05\nhello there friend"})
     assert stream.status == 200
     assert stream.headers["content-type"].startswith("text/event-stream")
     assert stream.headers["cache-control"].startswith("no-cache")
@@ -34,7 +40,7 @@ async def test_stream_chat_response_event_sequence(user, token):
     names = [e.event for e in events]
     assert names[0] == "init" and names[-1] == "done"
     assert set(names) == {"init", "assistant", "done"}
-    assert names.count("assistant") >= 2
+    assert names.count("assistant") >= 3  # each paced delta as it arrives (fast ones may be merged)
     init = events[0].data
     assert init["conversationId"] == str(conversation.id)
     assert init["sessionId"] is None  # the conversation's first turn: no session to resume yet
@@ -177,7 +183,7 @@ async def test_stream_chat_v1_alias_works(user, token):
 
 def test_seed003_dialect_maps_recorded_sequence():
     def rec(seq, event, payload):
-        return RecordedEvent(run_id="r1", seq=seq, event=event, at="t", payload=payload)
+        return RecordedEvent.from_payload("r1", seq, event, payload)
 
     events = [
         rec(1, "agent.start", {"runId": "r1", "conversationId": "c1", "agentRole": "coder", "engine": "mock",

@@ -19,6 +19,15 @@ class Command(BaseCommand):
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
             call_command("load_default_agents")
+        # Runs left unfinished by a server that stopped execute nowhere: end them, expire their
+        # pending confirmations (runs of other live servers keep their leases and are left alone).
+        from asgiref.sync import async_to_sync
+
+        from chat_app.services import run_reap_orphans
+
+        reaped = async_to_sync(run_reap_orphans)()
+        if reaped:
+            self.stdout.write(f"Ended {reaped} run(s) left unfinished by a stopped server.")
         settings.WORKSPACES_ROOT.mkdir(parents=True, exist_ok=True)
         from daphne.cli import CommandLineInterface
 

@@ -1,20 +1,20 @@
-"""Seed 000: ``POST /api/v1/chat/stream`` (server-sent events) and the input it shares with ``/ws/chat``."""
+"""Seed 000: ``POST /api/v1/chat/stream`` (server-sent events) and the input it shares with ``/ws/chat``.
+
+The frames are the ``chat-stream`` dialect (``chat_app/transports/chat_stream.py``).
+"""
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.parsers import JSONParser
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
-from rest_framework.views import APIView
 
 from chat_app import services
-from chat_app.sse.base import EventStreamRenderer, event_stream_response, launch_run
-from chat_app.sse.seed000 import seed000_sse
+from chat_app.api.streaming import AsyncApiView
+from chat_app.transports.chat_stream import ChatStreamDialect
 
 
 class StrictCharField(serializers.CharField):
@@ -55,11 +55,10 @@ def chat_input_validate(data: Any) -> dict[str, Any]:
     return values
 
 
-class ChatStreamApi(APIView):
+class ChatStreamApi(AsyncApiView):
     """Validates, starts the run, streams its seed-000 events; the run goes on if the client leaves."""
 
     parser_classes = [JSONParser]
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(
         request=ChatStreamInput,
@@ -77,16 +76,12 @@ class ChatStreamApi(APIView):
         }, request_only=True)],
         summary="Stream a chat turn with an agent as server-sent events (seed 000)",
     )
-    def post(self, request: Request):
+    async def post(self, request):
+        created = await self.burst(self._create, request)
+        return self.start_stream(created, ChatStreamDialect)
+
+    @staticmethod
+    def _create(request: Request) -> services.RunCreated:
         data = chat_input_validate(request.data)
-        created = services.run_create(
-            user=request.user,
-            input=data["message"],
-            agent_role=data["agent_role"],
-            history=data["conversation_history"],
-        )
-        launch_run(created)
-        run_id, conversation_id = str(created.run.id), str(created.conversation.id)
-        body = seed000_sse(services.run_subscribe(run_id=run_id), conversation_id=conversation_id, run_id=run_id,
-                           ping_interval=float(settings.SSE_PING_INTERVAL))
-        return event_stream_response(body, headers={"X-Run-Id": run_id, "X-Conversation-Id": conversation_id})
+        return services.run_create(user=request.user, input=data["message"], agent_role=data["agent_role"],
+                                   history=data["conversation_history"])

@@ -43,19 +43,15 @@ continuing the same UI message.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
-from chat_app.events import RecordedEvent, ToolStatus
-from orchestrator_site.errors import InvalidInput
+from core.errors import InvalidInput
+from core.events import RecordedEvent, ToolStatus, to_json
 
-from .base import with_pings
+from .base import Dialect
 
-NAME = "vercel-ai"
-HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 DONE_FRAME = "data: [DONE]\n\n"
-PING_FRAME = ": ping\n\n"
 
 _FINISH_REASONS = {"succeeded": "stop", "failed": "error", "cancelled": "other"}
 
@@ -63,7 +59,7 @@ Part = dict[str, Any]
 
 
 def data_frame(part: Part) -> str:
-    return f"data: {json.dumps(part, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    return f"data: {to_json(part)}\n\n"
 
 
 @dataclass
@@ -90,7 +86,7 @@ class UiMessageStreamTranslator:
 
     def translate(self, recorded: RecordedEvent) -> list[Part]:
         handler = self._HANDLERS.get(recorded.event)
-        return handler(self, recorded.payload) if handler else []
+        return handler(self, recorded) if handler else []
 
     def close(self) -> list[Part]:
         """Closing chunks when the source ended without ``agent.end`` (never the normal case)."""
@@ -134,21 +130,20 @@ class UiMessageStreamTranslator:
         return parts
 
     # --- one handler per canonical event ---------------------------------------------------------
-    def _on_start(self, payload: dict[str, Any]) -> list[Part]:
+    def _on_start(self, event: RecordedEvent) -> list[Part]:
         return self._start_step()
 
-    def _on_delta(self, payload: dict[str, Any]) -> list[Part]:
-        return self._text(str(payload.get("text") or ""))
+    def _on_delta(self, event: RecordedEvent) -> list[Part]:
+        return self._text(event.data.text or "")
 
-    def _on_message(self, payload: dict[str, Any]) -> list[Part]:
+    def _on_message(self, event: RecordedEvent) -> list[Part]:
         if self._streamed_text:
             return self._end_text()
-        return [*self._text(str(payload.get("content") or "")), *self._end_text()]
+        return [*self._text(event.data.content or ""), *self._end_text()]
 
-    def _on_tool_state(self, payload: dict[str, Any]) -> list[Part]:
-        call_id = str(payload.get("toolCallId") or "")
-        name = str(payload.get("name") or "")
-        status = payload.get("status")
+    def _on_tool_state(self, event: RecordedEvent) -> list[Part]:
+        call, payload = event.data, event.payload
+        call_id, name, status = str(call.tool_call_id or ""), str(call.name or ""), call.status
         parts: list[Part] = []
         if call_id not in self.known_tool_calls:
             # First sight of this call (normally its ``pending`` state; on a mid-run reconnect
@@ -157,18 +152,18 @@ class UiMessageStreamTranslator:
             parts += [*self._end_text(), *self._start_step()]
             parts.append({"type": "tool-input-start", "toolCallId": call_id, "toolName": name, "dynamic": True})
             parts.append({"type": "tool-input-available", "toolCallId": call_id, "toolName": name,
-                          "input": payload.get("input") or {}, "dynamic": True})
+                          "input": call.input or {}, "dynamic": True})
         if status not in ToolStatus.TERMINAL:
             self._open_tools.add(call_id)
-        if status == ToolStatus.AWAITING_INPUT and payload.get("confirmationId"):
-            parts.append({"type": "tool-approval-request", "approvalId": str(payload["confirmationId"]),
+        if status == ToolStatus.AWAITING_INPUT and call.confirmation_id:
+            parts.append({"type": "tool-approval-request", "approvalId": str(call.confirmation_id),
                           "toolCallId": call_id})
         elif status == ToolStatus.SUCCEEDED:
-            parts.append({"type": "tool-output-available", "toolCallId": call_id, "output": payload.get("output"),
+            parts.append({"type": "tool-output-available", "toolCallId": call_id, "output": call.output,
                           "dynamic": True})
         elif status in (ToolStatus.FAILED, ToolStatus.EXPIRED):
             parts.append({"type": "tool-output-error", "toolCallId": call_id,
-                          "errorText": str(payload.get("error") or "Tool call failed."), "dynamic": True})
+                          "errorText": str(call.error or "Tool call failed."), "dynamic": True})
         elif status == ToolStatus.DENIED:
             parts.append({"type": "tool-output-denied", "toolCallId": call_id})
         parts.append({"type": "data-tool-state", "id": call_id, "data": payload})
@@ -179,28 +174,29 @@ class UiMessageStreamTranslator:
                 parts += self._end_step()
         return parts
 
-    def _on_context_patch(self, payload: dict[str, Any]) -> list[Part]:
-        return [{"type": "data-context-patch", "data": payload, "transient": True}]
+    def _on_context_patch(self, event: RecordedEvent) -> list[Part]:
+        return [{"type": "data-context-patch", "data": event.payload, "transient": True}]
 
-    def _on_error(self, payload: dict[str, Any]) -> list[Part]:
-        message = str(payload.get("message") or payload.get("code") or "Run failed.")
+    def _on_error(self, event: RecordedEvent) -> list[Part]:
+        message = str(event.data.message or event.data.code or "Run failed.")
         return [{"type": "error", "errorText": message}]
 
-    def _on_end(self, payload: dict[str, Any]) -> list[Part]:
-        status = str(payload.get("status") or "")
+    def _on_end(self, event: RecordedEvent) -> list[Part]:
+        end = event.data
+        status = str(end.status or "")
         parts = [*self._end_text(), *self._end_step()]
         if status == "cancelled":
-            parts.append({"type": "abort", "reason": str(payload.get("error") or "cancelled")})
+            parts.append({"type": "abort", "reason": str(end.error or "cancelled")})
         metadata = {"runId": self.message_id, "conversationId": self.conversation_id, "status": status,
-                    "usage": payload.get("usage") or {}}
-        for key in ("messageId", "error", "errorCode"):
-            if payload.get(key):
-                metadata[key] = payload[key]
+                    "usage": end.usage or {}}
+        for key, value in (("messageId", end.message_id), ("error", end.error), ("errorCode", end.error_code)):
+            if value:
+                metadata[key] = value
         parts.append({"type": "finish", "finishReason": _FINISH_REASONS.get(status, "other"), "messageMetadata": metadata})
         self.finished = True
         return parts
 
-    _HANDLERS: ClassVar[dict[str, Callable[["UiMessageStreamTranslator", dict[str, Any]], list[Part]]]] = {
+    _HANDLERS: ClassVar[dict[str, Callable[["UiMessageStreamTranslator", RecordedEvent], list[Part]]]] = {
         "agent.start": _on_start,
         "agent.delta": _on_delta,
         "agent.message": _on_message,
@@ -211,35 +207,32 @@ class UiMessageStreamTranslator:
     }
 
 
-async def render(
-    events: AsyncIterator[RecordedEvent],
-    *,
-    run_id: str,
-    conversation_id: str,
-    conversation_created: bool = False,
-    ping_interval: float,
-    known_tool_calls: set[str] | None = None,
-    resuming: bool = False,
-) -> AsyncIterator[str]:
+class VercelAiDialect(Dialect):
     """The UI message stream of a run's events (replay then live), ending with ``[DONE]``.
 
-    Args:
-        known_tool_calls / resuming: set when the stream continues a UI message the client
-            already holds (after an approval), so its tool parts and open step are not repeated.
+    Options ``known_tool_calls`` / ``resuming``: set when the stream continues a UI message the
+    client already holds (after an approval), so its tool parts and open step are not repeated.
     """
-    translator = UiMessageStreamTranslator(message_id=str(run_id), conversation_id=str(conversation_id),
-                                           known_tool_calls=set(known_tool_calls or ()), step_open=resuming)
-    for part in translator.begin(conversation_created=conversation_created):
-        yield data_frame(part)
-    async for item in with_pings(events, ping_interval):
-        if item is None:
-            yield PING_FRAME
-            continue
-        for part in translator.translate(item):
-            yield data_frame(part)
-    for part in translator.close():
-        yield data_frame(part)
-    yield DONE_FRAME
+
+    name = "vercel-ai"
+    headers = {"x-vercel-ai-ui-message-stream": "v1"}
+
+    def __init__(self, *, known_tool_calls: set[str] | None = None, resuming: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.translator = UiMessageStreamTranslator(message_id=self.run_id, conversation_id=self.conversation_id,
+                                                    known_tool_calls=set(known_tool_calls or ()),
+                                                    step_open=resuming)
+
+    def opening(self) -> list[str]:
+        return [data_frame(part) for part in self.translator.begin(conversation_created=self.conversation_created)]
+
+    def translate(self, event: RecordedEvent) -> list[str]:
+        frames = [data_frame(part) for part in self.translator.translate(event)]
+        self.finished = self.translator.finished
+        return frames
+
+    def closing(self) -> list[str]:
+        return [*(data_frame(part) for part in self.translator.close()), DONE_FRAME]
 
 
 # --- requests --------------------------------------------------------------------------------

@@ -1,0 +1,158 @@
+"""Async views for the streaming endpoints: one short burst of database work, then the stream.
+
+:class:`AsyncApiView` is a DRF ``APIView`` for what DRF does well — authentication (token or
+session with CSRF), parsing, validation, error mapping and the OpenAPI schema — but it is
+dispatched as a coroutine. The request's blocking work (authenticate, parse, validate, create
+the run: a few reads and one commit) runs in ONE worker-thread call (:meth:`AsyncApiView.burst`)
+whose database connection is closed at its end; then the view streams from the event loop. An
+open stream therefore holds no thread and no database connection, and requests do not queue
+behind each other on one shared ORM thread.
+
+:meth:`AsyncApiView.stream` is the one way a run is streamed over HTTP: any registered dialect,
+through :func:`chat_app.transports.stream_run` (pings, resume, coalescing, disconnect policy).
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import aclosing
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from asgiref.sync import markcoroutinefunction
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from chat_app import services
+from chat_app.eventlog import in_thread
+from chat_app.executor import get_executor
+from chat_app.transports import Dialect, stream_run
+from core.errors import ApplicationError
+from orchestrator_site.errors import exception_handler
+
+logger = logging.getLogger("orchestrator.transports")
+
+SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
+
+
+class EventStreamRenderer(BaseRenderer):
+    """Lets DRF content negotiation accept ``Accept: text/event-stream`` (errors stay JSON)."""
+
+    media_type = "text/event-stream"
+    format = "sse"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        return JSONRenderer().render(data)
+
+
+class DialectNegotiation(DefaultContentNegotiation):
+    """``?format=`` names a stream dialect here, not a DRF renderer, so DRF must ignore it."""
+
+    settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)
+
+
+class AsyncApiView(APIView):
+    """An APIView whose handlers are coroutines; see the module docstring."""
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    content_negotiation_class = DialectNegotiation
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Callable[..., Any]:
+        async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            return await cls(**initkwargs).adispatch(request, *args, **kwargs)
+
+        view.cls = cls  # drf-spectacular documents the view from its class
+        view.initkwargs = initkwargs
+        view.csrf_exempt = True  # like every APIView: session-authenticated requests are checked below
+        markcoroutinefunction(view)
+        return view
+
+    async def adispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        self.args, self.kwargs, self.headers = args, kwargs, {}
+        method = (request.method or "").lower()
+        handler = getattr(self, method, None) if method in self.http_method_names else None
+        if handler is None:
+            allowed = ", ".join(m.upper() for m in self.http_method_names if hasattr(self, m) and m != "options")
+            response = JsonResponse({"code": "method_not_allowed", "message": f"Method {request.method} not allowed."},
+                                    status=405)
+            response["Allow"] = allowed
+            return response
+        try:
+            return await handler(request, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every failure is a JSON error, never an HTML page
+            return self._error_response(exc)
+
+    # --- the burst ---------------------------------------------------------------------------
+    def authenticated(self, request: HttpRequest) -> Request:
+        """(In the burst.) The DRF request, authenticated and permission-checked; ``.data`` parses."""
+        drf_request = self.initialize_request(request, *self.args, **self.kwargs)
+        self.request = drf_request
+        self.initial(drf_request, *self.args, **self.kwargs)
+        return drf_request
+
+    async def burst(self, work: Callable[..., Any], request: HttpRequest) -> Any:
+        """Run ``work(drf_request)`` after authentication, in one worker-thread call."""
+        return await in_thread(lambda: work(self.authenticated(request)))()
+
+    # --- streaming ---------------------------------------------------------------------------
+    def stream(self, dialect_cls: type[Dialect], *, run_id: str, conversation_id: str, user: Any = None,
+               after_seq: int = 0, **options: Any) -> StreamingHttpResponse:
+        """A run's events (after ``after_seq``) as ``dialect_cls`` frames, until the run ends."""
+        dialect = dialect_cls(run_id=run_id, conversation_id=conversation_id, after_seq=after_seq, **options)
+        on_abandon = None
+        if dialect.cancel_on_disconnect:
+            async def on_abandon() -> None:
+                await _cancel_quietly(user=user, run_id=run_id)
+
+        frames = stream_run(dialect, get_executor().subscribe(run_id, after_seq=after_seq),
+                            ping_interval=float(settings.SSE_PING_INTERVAL), on_abandon=on_abandon)
+
+        async def body():
+            async with aclosing(frames):
+                async for batch in frames:
+                    yield "".join(map(dialect.encode, batch))
+
+        response = StreamingHttpResponse(body(), content_type=dialect.media_type)
+        for key, value in {**SSE_HEADERS, **dialect.headers, "X-Run-Id": run_id,
+                           "X-Conversation-Id": conversation_id}.items():
+            response[key] = value
+        return response
+
+    def start_stream(self, created: "services.RunCreated", dialect_cls: type[Dialect], *, user: Any = None,
+                     **options: Any) -> StreamingHttpResponse:
+        """Hand a created run to the executor and stream it: every run-starting endpoint ends here."""
+        get_executor().submit(created.launch)
+        return self.stream(dialect_cls, run_id=str(created.run.id), conversation_id=str(created.conversation.id),
+                           conversation_created=created.conversation_created, user=user, **options)
+
+    # --- errors ------------------------------------------------------------------------------
+    def _error_response(self, exc: Exception) -> HttpResponse:
+        if isinstance(exc, (drf_exceptions.NotAuthenticated, drf_exceptions.AuthenticationFailed)):
+            header = self.get_authenticate_header(getattr(self, "request", None) or Request(HttpRequest()))
+            if header:
+                exc.auth_header = header
+            else:
+                exc.status_code = 403
+        handled = exception_handler(exc, {"view": self})
+        if handled is None:
+            logger.exception("unhandled error in streaming view", exc_info=exc)
+            return JsonResponse({"code": "internal_error", "message": "Internal server error."}, status=500)
+        response = JsonResponse(handled.data, status=handled.status_code, json_dumps_params={"ensure_ascii": False})
+        for key in ("WWW-Authenticate", "Retry-After"):
+            if handled.has_header(key):
+                response[key] = handled[key]
+        return response
+
+
+async def _cancel_quietly(*, user: Any, run_id: str) -> None:
+    try:
+        await services.run_cancel(user=user, run_id=run_id)
+        logger.info("stream for run %s closed early: run cancelled", run_id)
+    except ApplicationError:
+        pass  # already finished (Conflict) or gone: nothing to cancel

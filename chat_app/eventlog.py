@@ -1,0 +1,290 @@
+"""A run's event log: the live copy in memory, its batched recording, and subscriptions to it.
+
+A live run's events go to subscribers first (memory, no disk wait) and to the database in
+batches: on a short timer (``RUN_EVENT_FLUSH_INTERVAL``) and at once for every state change
+(``durable`` events). A batch is one ``executemany`` of pre-encoded rows in one transaction, in a
+worker thread whose database connection is closed right after, so no ORM instance is built per
+delta, the event loop never waits on the disk, and nothing holds a connection between batches.
+After each batch the run's group is rung on the channel layer, which wakes subscribers in other
+processes (they read the database; a timer re-read is only the safety net for a lost ring).
+
+Subscriptions hand out *batches*: everything that arrived since the subscriber last looked, so a
+slow reader catches up in one step and dialects can coalesce consecutive deltas.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection, transaction
+
+from core.doorbell import RunDoorbell, ring
+from core.events import RecordedEvent, RunEventBase
+
+from .models import Run, RunEvent
+
+logger = logging.getLogger("orchestrator.runs")
+
+# A reader in another process re-reads the database this often even without a ring.
+SAFETY_NET_SECONDS = 5.0
+
+
+def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run blocking database work in a worker thread (not the one shared ORM thread) and close
+    that thread's connection afterwards: concurrent requests do not queue behind each other,
+    and an idle stream holds no connection."""
+
+    def work(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return sync_to_async(work, thread_sensitive=False)
+
+
+def _db_time(ts: float) -> Any:
+    return connection.ops.adapt_datetimefield_value(datetime.fromtimestamp(ts, tz=timezone.utc))
+
+
+_INSERT_SQL: str | None = None
+
+
+def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
+    """One ``executemany`` for a batch of events (call inside a transaction, in a worker thread)."""
+    global _INSERT_SQL
+    if _INSERT_SQL is None:
+        table = connection.ops.quote_name(RunEvent._meta.db_table)
+        cast = "::jsonb" if connection.vendor == "postgresql" else ""
+        _INSERT_SQL = (f"INSERT INTO {table} (run_id, seq, event, at, payload) "
+                       f"VALUES (%s, %s, %s, %s, %s{cast})")
+    run_key = RunEvent._meta.get_field("run").get_db_prep_value(run_id, connection)
+    rows = [(run_key, e.seq, e.event, _db_time(e.ts), e.payload_json) for e in events]
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.executemany(_INSERT_SQL, rows)
+
+
+def _write_batch(run_id: str, events: list[RecordedEvent]) -> None:
+    with transaction.atomic():
+        insert_events(run_id, events)
+
+
+class LiveRun:
+    """One executing run in this process: its ordered events and who is waiting for more."""
+
+    def __init__(self, run_id: str, *, first: RecordedEvent | None = None, next_seq: int = 1):
+        self.run_id = str(run_id)
+        self.events: list[RecordedEvent] = []
+        self.first_seq = first.seq if first else next_seq
+        self._next_seq = self.first_seq
+        self.done = False
+        self.task: asyncio.Task | None = None
+        # Cancelling the task is only safe while the engine runs: before that its setup would die
+        # without recording an end; after the engine returned, the run finishes as it is.
+        self.cancellable = False
+        self.cancel_requested = False
+        self._waiter: asyncio.Event | None = None
+        self._pending: list[RecordedEvent] = []
+        self._flush_lock = asyncio.Lock()
+        self._flush_handle: asyncio.TimerHandle | None = None
+        if first is not None:
+            self.events.append(first)  # recorded with the run itself
+            self._next_seq = first.seq + 1
+
+    # --- producing ---------------------------------------------------------------------------
+    def make(self, data: RunEventBase) -> RecordedEvent:
+        """The next event in the log, not yet published (see :meth:`publish`)."""
+        recorded = RecordedEvent(self.run_id, self._next_seq, data)
+        self._next_seq += 1
+        return recorded
+
+    def publish(self, recorded: RecordedEvent, *, persist: bool = True) -> None:
+        self.events.append(recorded)
+        if persist:
+            self._pending.append(recorded)
+            if self._flush_handle is None and not recorded.data.durable:
+                loop = asyncio.get_running_loop()
+                self._flush_handle = loop.call_later(float(settings.RUN_EVENT_FLUSH_INTERVAL), self._flush_soon)
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    async def record(self, data: RunEventBase) -> RecordedEvent:
+        """Publish an event now; a state change is also on disk before this returns."""
+        recorded = self.make(data)
+        self.publish(recorded)
+        if data.durable:
+            await self.flush()
+        return recorded
+
+    def _flush_soon(self) -> None:
+        self._flush_handle = None
+        task = asyncio.ensure_future(self.flush())
+        task.add_done_callback(_log_flush_failure)
+
+    async def flush(self) -> None:
+        async with self._flush_lock:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+                self._flush_handle = None
+            if not self._pending:
+                return
+            batch, self._pending = self._pending, []
+            await in_thread(_write_batch)(self.run_id, batch)
+        await ring(self.run_id, "events")
+
+    async def finish(self, final: list[RunEventBase], commit: Callable[[list[RecordedEvent]], bool]) -> bool:
+        """Record the run's last events and its final state in ONE transaction, then publish them.
+
+        ``commit(events)`` runs in a worker thread inside that transaction (after the events are
+        inserted) and returns False when the run already ended elsewhere, which rolls everything
+        back and publishes nothing.
+        """
+        await self.flush()
+        recorded = [self.make(data) for data in final]
+
+        def write() -> bool:
+            with transaction.atomic():
+                insert_events(self.run_id, recorded)
+                if not commit(recorded):
+                    transaction.set_rollback(True)
+                    return False
+            return True
+
+        async with self._flush_lock:
+            ok = await in_thread(write)()
+        if ok:
+            for item in recorded:
+                self.publish(item, persist=False)
+            await ring(self.run_id, "events")
+        self.done = True
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+        return ok
+
+    def request_cancel(self) -> None:
+        self.cancel_requested = True
+        if self.cancellable and self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    # --- consuming ---------------------------------------------------------------------------
+    async def wait_changed(self) -> None:
+        if self._waiter is None:
+            self._waiter = asyncio.Event()
+        await self._waiter.wait()
+
+
+def _log_flush_failure(task: asyncio.Future) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("event flush failed", exc_info=task.exception())
+
+
+class Subscription:
+    """Batches of a run's events after ``after_seq``, in order, until the run's end."""
+
+    async def next(self, deadline: float | None = None) -> list[RecordedEvent] | None:
+        """The next batch (never empty), or None when the run ended and everything was read.
+
+        Raises:
+            TimeoutError: nothing new before ``deadline`` (the loop's clock).
+        """
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+    def __aiter__(self):
+        return self._iterate()
+
+    async def _iterate(self):
+        try:
+            while (batch := await self.next()) is not None:
+                for item in batch:
+                    yield item
+        finally:
+            await self.close()
+
+
+class LiveSubscription(Subscription):
+    def __init__(self, live: LiveRun, after_seq: int = 0):
+        self.live = live
+        self.index = max(0, after_seq - live.first_seq + 1)
+
+    async def next(self, deadline: float | None = None) -> list[RecordedEvent] | None:
+        live = self.live
+        while True:
+            if self.index < len(live.events):
+                batch = live.events[self.index:]
+                self.index = len(live.events)
+                return batch
+            if live.done:
+                return None
+            if deadline is None:
+                await live.wait_changed()
+            else:
+                async with asyncio.timeout_at(deadline):
+                    await live.wait_changed()
+
+
+def _read_after(run_id: str, after_seq: int) -> tuple[str | None, list[RecordedEvent]]:
+    status = Run.objects.filter(id=run_id).values_list("status", flat=True).first()
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq").values_list(
+        "seq", "event", "at", "payload")
+    return status, [RecordedEvent.from_payload(run_id, seq, event, payload, ts=at.timestamp())
+                    for seq, event, at, payload in rows]
+
+
+class StoredSubscription(Subscription):
+    """A run executing in another process (or already finished): read from the database, woken
+    by the run's ring after each recorded batch; a timer re-read covers a lost ring."""
+
+    def __init__(self, run_id: str, after_seq: int = 0, *, find_live: Callable[[str], LiveRun | None]):
+        self.run_id = str(run_id)
+        self.last = after_seq
+        self._find_live = find_live
+        self._doorbell: RunDoorbell | None = None
+        self._ended = False
+        self._local: LiveSubscription | None = None
+
+    async def next(self, deadline: float | None = None) -> list[RecordedEvent] | None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._local is not None:
+                return await self._local.next(deadline)
+            if self._ended:
+                return None
+            if self._doorbell is None:
+                # Listen before reading, so a batch committed between the read and the wait rings.
+                self._doorbell = RunDoorbell(self.run_id)
+                await self._doorbell.start()
+            status, batch = await in_thread(_read_after)(self.run_id, self.last)
+            if batch:
+                self.last = batch[-1].seq
+                if any(item.event == "agent.end" for item in batch):
+                    self._ended = True
+                return batch
+            if status is None or status in Run.TERMINAL:
+                # The final status and agent.end commit together: terminal and nothing after
+                # ``last`` means there is nothing more to read.
+                return None
+            live = self._find_live(self.run_id)
+            if live is not None:  # it started executing here meanwhile
+                self._local = LiveSubscription(live, self.last)
+                continue
+            wait = SAFETY_NET_SECONDS
+            if deadline is not None:
+                wait = min(wait, deadline - loop.time())
+                if wait <= 0:
+                    raise TimeoutError
+            await self._doorbell.wait("events", wait)
+
+    async def close(self) -> None:
+        if self._doorbell is not None:
+            await self._doorbell.stop()
+            self._doorbell = None
