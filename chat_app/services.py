@@ -26,6 +26,7 @@ from agents_app.models import Agent
 from agents_app.router import route_run
 from agents_app.selectors import agent_get_for_run
 from orchestrator_site.errors import Conflict, InvalidInput, NotFound
+from tools_app.mcp_policy import mcp_servers_for_run
 from tools_app.runner import ToolRunner
 
 from . import runtime
@@ -72,11 +73,13 @@ def run_create(
     Args:
         history: explicit earlier turns (seed 000's ``conversation_history``); when None the
             conversation's stored messages are the history.
-        options: engine options for this run only (e.g. ``mcp_servers``).
+        options: engine options for this run only. ``mcp_servers`` is what the request asked
+            for (names of registered servers); it is replaced by the full list the policy allows.
 
     Raises:
-        InvalidInput: empty or oversized input, unknown engine.
+        InvalidInput: empty or oversized input, unknown engine, a malformed ``mcp_servers``.
         NotFound: unknown (or another user's) conversation or agent.
+        McpServerNotAllowed: (403) an MCP server the user or agent may not use; nothing is recorded.
     """
     if not isinstance(input, str) or not input.strip():
         raise InvalidInput("input must be a non-empty string.", code="invalid_input")
@@ -86,6 +89,9 @@ def run_create(
     role = agent_role or (conversation.agent.role if conversation and conversation.agent else None) or settings.DEFAULT_AGENT_ROLE
     agent = agent_get_for_run(role=role)
     route = route_run(agent=agent, engine=engine, model=model)
+    # Decided here, before anything is recorded or started: the only MCP servers a run opens.
+    options = {**(options or {}), "mcp_servers": mcp_servers_for_run(
+        user=user, agent=agent, requested=(options or {}).get("mcp_servers"))}
     with transaction.atomic():
         created = conversation is None
         if created:
@@ -102,7 +108,7 @@ def run_create(
         )
         message = Message.objects.create(conversation=conversation, run=run, role=Message.Role.USER, content=input)
         conversation.save(update_fields=["agent", "updated_at"])
-    run._launch_spec = {"history": history, "options": options or {}}  # type: ignore[attr-defined]
+    run._launch_spec = {"history": history, "options": options}  # type: ignore[attr-defined]
     return RunCreated(run=run, conversation=conversation, conversation_created=created, user_message=message)
 
 
@@ -217,7 +223,7 @@ async def _run_engine(*, run: Run, agent: Agent, live: runtime.LiveRun, doorbell
     if engine_cls is None:
         raise EngineError(f"Engine {run.engine!r} is not installed.", code="unknown_engine")
     extra_tools: dict[str, Any] = {}
-    mcp_servers = list(agent.mcp_servers or []) + list(options.get("mcp_servers") or [])
+    mcp_servers = list(options.get("mcp_servers") or [])  # decided by run_create (tools_app.mcp_policy)
     mcp_stack = None
     if mcp_servers:
         from tools_app.mcp_client import McpToolset
