@@ -10,16 +10,6 @@ class AgentAdminForm(forms.ModelForm):
         model = Agent
         fields = "__all__"
 
-    def clean_mcp_servers(self):
-        from tools_app.mcp_client import McpConfigError, validate_mcp_servers
-
-        value = self.cleaned_data.get("mcp_servers")
-        try:
-            validate_mcp_servers(value)
-        except McpConfigError as exc:
-            raise forms.ValidationError(str(exc)) from exc
-        return value
-
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
@@ -37,7 +27,10 @@ class AgentAdmin(admin.ModelAdmin):
                            "instructions. Edit CLAUDE.md in the workspace itself.",
         }),
         ("Engine", {"fields": ["engine", "model", "max_steps"]}),
-        ("Tools", {"fields": ["allowed_tools", "approval_overrides", "mcp_servers"]}),
+        ("Tools", {
+            "fields": ["allowed_tools", "approval_overrides"],
+            "description": "MCP servers are registered under Tools › MCP servers and attached below.",
+        }),
         ("Workspace", {"fields": ["workspace", "workspace_resolved"]}),
         ("History", {"fields": ["created_at", "updated_at"]}),
     ]

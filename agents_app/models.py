@@ -36,6 +36,9 @@ def validate_approval_overrides(value) -> None:
 class Agent(models.Model):
     """An agent an admin can edit: its prompt, workspace, engine, model and tools.
 
+    Its MCP servers are ``tools_app.McpServer`` rows linked by ``tools_app.AgentMcpServer``
+    (``agent.mcp_server_links``), edited inline on the agent's admin page.
+
     Prompt precedence: the engine's system prompt is ``system_prompt`` followed by the
     workspace's ``CLAUDE.md`` (when the file exists) under a heading, so admins set the role in
     the admin and the workspace file adds project instructions. See :meth:`effective_system_prompt`.
@@ -64,11 +67,6 @@ class Agent(models.Model):
         blank=True,
         validators=[validate_approval_overrides],
         help_text='Per-tool approval override, e.g. {"bash": false}. Unlisted tools use the tool default.',
-    )
-    mcp_servers = models.JSONField(
-        default=list,
-        blank=True,
-        help_text='MCP servers whose tools this agent gets: [{"name": ..., "command": [...]} or {"name": ..., "url": ...}].',
     )
     max_steps = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1), MaxValueValidator(100)])
     enabled = models.BooleanField(default=True)

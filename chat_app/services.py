@@ -28,6 +28,7 @@ from agents_app.specs import agent_spec
 from core.doorbell import ring
 from core.errors import Conflict, ErrorCode, InvalidInput
 from core.events import RecordedEvent, RunEnded, RunError, RunStarted
+from tools_app.mcp_policy import mcp_servers_for_run
 
 from .eventlog import in_thread, insert_events
 from .executor import RunLaunch, get_executor, orphaned_runs_q
@@ -77,11 +78,13 @@ def run_create(
     Args:
         history: explicit earlier turns (seed 000's ``conversation_history``); when None the
             conversation's stored messages are the history.
-        options: engine options for this run only (e.g. ``mcp_servers``).
+        options: engine options for this run only. ``mcp_servers`` is what the request asked
+            for (names of registered servers); it is replaced by the full list the policy allows.
 
     Raises:
-        InvalidInput: empty or oversized input, unknown engine.
+        InvalidInput: empty or oversized input, unknown engine, a malformed ``mcp_servers``.
         NotFound: unknown (or another user's) conversation or agent.
+        McpServerNotAllowed: (403) an MCP server the user or agent may not use; nothing is recorded.
     """
     if not isinstance(input, str) or not input.strip():
         raise InvalidInput("input must be a non-empty string.", code="invalid_input")
@@ -91,8 +94,9 @@ def run_create(
     role = agent_role or (conversation.agent.role if conversation and conversation.agent else None) or settings.DEFAULT_AGENT_ROLE
     agent = agent_get_for_run(role=role)
     route = route_run(agent=agent, engine=engine, model=model)
-    options = dict(options or {})
-    options["mcp_servers"] = list(agent.mcp_servers or []) + list(options.get("mcp_servers") or [])
+    # Decided here, before anything is recorded or started: the only MCP servers a run opens.
+    options = {**(options or {}), "mcp_servers": mcp_servers_for_run(
+        user=user, agent=agent, requested=(options or {}).get("mcp_servers"))}
     spec = agent_spec(agent)
     if history is None:
         history = _stored_history(conversation) if conversation is not None else []

@@ -1,9 +1,12 @@
 """MCP servers as tools: connect with the ``mcp`` SDK, list their tools, call them for an engine.
 
-An agent (``Agent.mcp_servers``) and a single request (``options["mcp_servers"]``) may name MCP
-servers. The run service opens them with :class:`McpToolset` for the length of the run and hands
-the tools to the :class:`~tools_app.runner.ToolRunner` as ``extra_tools``, so every engine offers
-them to its model like the built-in tools, and the same approval flow applies.
+Which servers a run gets is decided once, when the run is created, by
+:func:`tools_app.mcp_policy.mcp_servers_for_run` (admin-registered ``McpServer`` rows; a request
+only names them). The run service opens that list (``options["mcp_servers"]``) with
+:class:`McpToolset` for the length of the run and hands the tools to the
+:class:`~tools_app.runner.ToolRunner` as ``extra_tools``, so every engine offers them to its model
+like the built-in tools, and the same approval flow applies. This module trusts the list it is
+given about *what* to start; it still re-checks HTTP addresses when it connects (below).
 
 Server config (a list of these; unknown keys are rejected so typos do not pass silently)::
 
@@ -17,6 +20,8 @@ Server config (a list of these; unknown keys are rejected so typos do not pass s
 - streamable HTTP: ``url`` (http/https), optional ``headers``.
 - optional ``type``: ``"stdio"`` or ``"http"``; must agree with ``command``/``url`` when given.
 - optional ``timeout``: seconds for each tool call (default ``TOOL_TIMEOUT``).
+- optional ``trusted`` (HTTP only, default false): skip the address check below. Set only from
+  an admin's ``McpServer`` row, never from a request.
 - optional ``requires_approval``: ``true`` (the default: an MCP server's tools can do anything,
   so a person approves each call), ``false`` (none of this server's tools need approval), or a
   list of the server's tool names that need approval (the others do not). An agent's
@@ -25,6 +30,12 @@ Server config (a list of these; unknown keys are rejected so typos do not pass s
 Tool names: the model sees ``mcp__<server>__<tool>``, lower-cased with every character outside
 ``[a-z0-9_]`` replaced by ``_`` and cut to 64 characters (with a short hash when cut or when two
 tools would collide), so they pass the registry's name rule ``^[a-z][a-z0-9_]{0,63}$``.
+
+Addresses: an HTTP server that is not ``trusted`` must pass the ``web_fetch`` tool's address
+rule (every address its host resolves to is public; ``WEB_FETCH_ALLOW_PRIVATE`` lifts that, the
+cloud metadata address is refused even then). :func:`mcp_url_refusal` checks it when the run is
+created; connecting checks it again, and every connection the HTTP client opens goes to an
+address checked just before (pinned, so a DNS answer that changes in between cannot redirect it).
 
 Connecting (and listing tools) is bounded by ``MCP_CONNECT_TIMEOUT``; a server that cannot be
 started or reached ends the run with :class:`~agents_app.engines.base.EngineError` (code
@@ -36,11 +47,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import json
 import logging
 import re
+import socket
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
+
+import httpcore2
 
 from agents_app.engines.base import EngineError
 
@@ -50,9 +67,10 @@ from .sandbox import truncate_text
 
 logger = logging.getLogger("orchestrator.tools.mcp")
 
-_SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _TOOL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_ALLOWED_KEYS = {"name", "type", "command", "args", "env", "cwd", "url", "headers", "timeout", "requires_approval"}
+_ALLOWED_KEYS = {"name", "type", "command", "args", "env", "cwd", "url", "headers", "timeout", "requires_approval",
+                 "trusted"}
 _MAX_TOOL_PAGES = 100
 
 
@@ -88,7 +106,7 @@ def _validate_server(entry: Any, index: int) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise McpConfigError(f"{where} must be an object with a name and a command or url.")
     name = entry.get("name")
-    if not isinstance(name, str) or not _SERVER_NAME_RE.match(name):
+    if not isinstance(name, str) or not SERVER_NAME_RE.fullmatch(name):
         raise McpConfigError(f"{where}: 'name' must be 1-64 letters, digits, '_' or '-' (got {name!r}).")
     where = f"MCP server {name!r}"
     unknown = sorted(set(entry) - _ALLOWED_KEYS)
@@ -124,7 +142,7 @@ def _validate_server(entry: Any, index: int) -> dict[str, Any]:
             if not isinstance(entry["cwd"], str):
                 raise McpConfigError(f"{where}: 'cwd' must be a string path.")
             server["cwd"] = entry["cwd"]
-        for key in ("url", "headers"):
+        for key in ("url", "headers", "trusted"):
             if key in entry:
                 raise McpConfigError(f"{where}: {key!r} is for HTTP servers, not stdio ones.")
     else:
@@ -138,6 +156,10 @@ def _validate_server(entry: Any, index: int) -> dict[str, Any]:
         if not _is_str_dict(headers):
             raise McpConfigError(f"{where}: 'headers' must map header names to string values.")
         server["headers"] = dict(headers)
+        trusted = entry.get("trusted", False)
+        if not isinstance(trusted, bool):
+            raise McpConfigError(f"{where}: 'trusted' must be true or false.")
+        server["trusted"] = trusted
         for key in ("args", "env", "cwd"):
             if key in entry:
                 raise McpConfigError(f"{where}: {key!r} is for stdio servers, not HTTP ones.")
@@ -174,6 +196,96 @@ def describe_server(server: dict[str, Any]) -> str:
     if "url" in server:
         return f"{server['name']} (http {server['url']})"
     return f"{server['name']} (stdio {' '.join(server['command'])[:200]})"
+
+
+# --- addresses -----------------------------------------------------------------------------------
+
+class McpAddressRefused(ConnectionRefusedError):
+    """An HTTP MCP server's host is (or resolves to) an address the address rule refuses."""
+
+
+def _allow_private() -> bool:
+    return bool(conf.setting("WEB_FETCH_ALLOW_PRIVATE", False))
+
+
+def checked_address(host: str, port: int, *, allow_private: bool) -> str:
+    """Resolve ``host`` and return the address to connect to, if *every* address it has is allowed.
+
+    Raises:
+        McpAddressRefused: one of the addresses is refused (the message says which and why).
+        OSError: the host does not resolve.
+    """
+    from .tools.web_fetch import forbidden_reason
+
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+    if not addresses:
+        raise socket.gaierror(f"could not resolve host {host!r}")
+    for address in addresses:
+        reason = forbidden_reason(address, allow_private=allow_private)
+        if reason:
+            raise McpAddressRefused(f"{host} resolves to {address}, {reason}")
+    return str(addresses[0])
+
+
+def mcp_url_refusal(url: str) -> str | None:
+    """Why the address rule refuses an HTTP MCP server's ``url`` (``None``: allowed, or not
+    resolvable now, which connecting will report). Resolves the host: call it off the event loop."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return f"invalid port in {url!r}"
+    if not parts.hostname:
+        return f"no host in {url!r}"
+    try:
+        checked_address(parts.hostname, port, allow_private=_allow_private())
+    except McpAddressRefused as exc:
+        return str(exc)
+    except (OSError, UnicodeError, ValueError):
+        return None
+    return None
+
+
+def _checked_http_client(headers: dict[str, str] | None) -> Any:
+    """An ``httpx2`` client (the SDK's default timeouts) whose every TCP connection goes to an
+    address checked just before it, so DNS cannot point it elsewhere after the check; proxies from
+    the environment are ignored, as ``web_fetch`` does (a proxy would make the check meaningless)."""
+    import httpx2
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    pool = transport._pool  # httpx2 takes no network backend; its httpcore2 pool does
+    if not isinstance(pool, httpcore2.AsyncConnectionPool) or not hasattr(pool, "_network_backend"):
+        raise RuntimeError("httpx2/httpcore2 changed: cannot pin MCP connections to checked addresses")
+    pool._network_backend = _CheckedNetworkBackend(allow_private=_allow_private())
+    return httpx2.AsyncClient(headers=headers, transport=transport, trust_env=False,
+                              timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))
+
+
+class _CheckedNetworkBackend(httpcore2.AsyncNetworkBackend):
+    """httpcore2's anyio backend, connecting only to checked addresses (see ``checked_address``)."""
+
+    def __init__(self, *, allow_private: bool) -> None:
+        self._inner = httpcore2.AnyIOBackend()
+        self._allow_private = allow_private
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None, socket_options: Any = None) -> Any:
+        try:
+            address = await asyncio.to_thread(partial(checked_address, host, port, allow_private=self._allow_private))
+        except McpAddressRefused as exc:
+            raise httpcore2.ConnectError(f"refusing to connect: {exc}") from exc
+        except (OSError, UnicodeError, ValueError) as exc:
+            raise httpcore2.ConnectError(f"could not resolve host {host!r}: {exc}") from exc
+        return await self._inner.connect_tcp(address, port, timeout=timeout, local_address=local_address,
+                                             socket_options=socket_options)
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> Any:
+        raise OSError("MCP servers over HTTP connect by TCP only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
 
 
 # --- tools ---------------------------------------------------------------------------------------
@@ -318,7 +430,15 @@ class McpToolset:
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's own defaults (timeouts)
 
-            http = await stack.enter_async_context(create_mcp_http_client(headers=server["headers"] or None))
+            headers = server["headers"] or None
+            if server.get("trusted"):
+                http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+            else:
+                # Checked when the run was created; again now, since DNS may have changed since.
+                refusal = await asyncio.to_thread(mcp_url_refusal, server["url"])
+                if refusal:
+                    raise McpAddressRefused(refusal)
+                http = await stack.enter_async_context(_checked_http_client(headers))
             return streamable_http_client(server["url"], http_client=http)
         from mcp import StdioServerParameters
 

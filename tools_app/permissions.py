@@ -7,3 +7,16 @@ from typing import Any
 def can_decide_confirmation(*, user: Any, confirmation: Any) -> bool:
     """Only the owner of the run's conversation decides its tool calls."""
     return bool(user and user.is_authenticated and confirmation.run.conversation.owner_id == user.id)
+
+
+INLINE_MCP_SERVERS_PERMISSION = "tools_app.use_inline_mcp_servers"
+
+
+def can_use_inline_mcp_servers(*, user: Any) -> bool:
+    """May this user give full MCP server specs (a command to start, a URL to reach) in a request?
+
+    Only with the ``tools_app.use_inline_mcp_servers`` permission, which no one has by default.
+    Active superusers count (Django's ``has_perm`` grants them every permission): they can
+    register any server in the admin anyway, so refusing them here would protect nothing.
+    """
+    return bool(user and user.is_authenticated and user.has_perm(INLINE_MCP_SERVERS_PERMISSION))

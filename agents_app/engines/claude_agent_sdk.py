@@ -25,7 +25,8 @@ How it maps the run:
   session id (a UUID). Any other id (the conversation started on another engine) cannot be
   resumed by the CLI, so the earlier turns are put in front of the prompt instead. The session id
   the CLI reports (``init`` system message, then the result) is returned and stored;
-- MCP: the agent's and the request's ``mcp_servers`` (see ``tools_app/mcp_client.py``) are
+- MCP: the run's ``ctx.options["mcp_servers"]`` (the list ``tools_app/mcp_policy.py`` allowed
+  when the run was created: the agent's registered servers and those the request named) are
   converted to the SDK's ``mcp_servers`` option (``{"type": "stdio", "command", "args", "env"}``
   or ``{"type": "http", "url", "headers"}``); the CLI connects them itself and names their tools
   ``mcp__<server>__<tool>``, as this project does;
@@ -249,7 +250,8 @@ def build_options(ctx: EngineContext, *, resume: str | None) -> dict[str, Any]:
     from tools_app.workspace import ensure_workspace
 
     try:
-        servers = validate_mcp_servers(list(ctx.agent.mcp_servers or []) + list(ctx.options.get("mcp_servers") or []))
+        # The run's servers as tools_app.mcp_policy decided them when the run was created.
+        servers = validate_mcp_servers(list(ctx.options.get("mcp_servers") or []))
     except McpConfigError as exc:
         raise EngineError(f"Invalid MCP server configuration: {exc}", code="invalid_mcp_config") from exc
     offered = list(ctx.agent.allowed_tools or [])

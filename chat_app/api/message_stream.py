@@ -1,9 +1,10 @@
 """Seed 003: ``POST /conversations/<id>/messages/stream`` (also under ``/v1/``).
 
 Body ``{"content": str, "mcpServers": [...]?}`` → ``text/event-stream`` of named events (see
-``chat_app/transports/message_stream.py`` for the frames). Errors before the stream starts are JSON with a
-status: 400 bad body or MCP config, 401 no credentials, 404 unknown or another user's
-conversation.
+``chat_app/transports/message_stream.py`` for the frames). ``mcpServers`` names registered MCP servers the
+conversation's agent may use (``tools_app/mcp_policy.py`` decides). Errors before the stream
+starts are JSON with a status: 400 bad body, 401 no credentials, 403 ``mcp_server_not_allowed``,
+404 unknown or another user's conversation.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from rest_framework.request import Request
 from chat_app import services
 from chat_app.api.streaming import AsyncApiView
 from chat_app.transports.message_stream import MessageStreamDialect
-from tools_app.mcp_client import McpConfigError, validate_mcp_servers
 
 
 class StrictCharField(serializers.CharField):
@@ -30,19 +30,20 @@ class StrictCharField(serializers.CharField):
 
 class MessageStreamInput(serializers.Serializer):
     content = StrictCharField(max_length=services.MAX_INPUT_CHARS, trim_whitespace=False)
-    mcpServers = serializers.JSONField(required=False, help_text="MCP servers for this message only "
-                                       "(same shape as an agent's mcp_servers, see tools_app/mcp_client.py).")
+    mcpServers = serializers.JSONField(required=False, help_text='Registered MCP servers for this message, by name: '
+                                       '["name", ...] or [{"name": "..."}] (see tools_app/mcp_policy.py).')
 
     def validate_content(self, value: str) -> str:
         if not value.strip():
             raise serializers.ValidationError("content must not be blank.")
         return value
 
-    def validate_mcpServers(self, value: Any) -> list[dict[str, Any]]:
-        try:
-            return validate_mcp_servers(value)
-        except McpConfigError as exc:
-            raise serializers.ValidationError(str(exc)) from exc
+    def validate_mcpServers(self, value: Any) -> list[Any]:
+        # Only the outer shape: which servers (and whether an entry may be more than a name) is
+        # the run service's decision, which refuses with 403 before anything starts.
+        if not isinstance(value, list) or not all(isinstance(entry, (str, dict)) for entry in value):
+            raise serializers.ValidationError('Must be a list of MCP server names: ["name", ...] or [{"name": "..."}].')
+        return value
 
 
 class ConversationMessageStreamApi(AsyncApiView):

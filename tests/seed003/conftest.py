@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from asgiref.testing import ApplicationCommunicator
 
 from tests.fakes.mcp_server import McpHttpServer, stdio_config
@@ -33,6 +34,25 @@ def mcp_http(settings):
     settings.MCP_CONNECT_TIMEOUT = 20.0
     with McpHttpServer("calc") as server:
         yield server
+
+
+def register_mcp_server(spec: dict[str, Any], *, agent_role: str | None = ANALYST, always: bool = True,
+                        **fields: Any):
+    """An admin's ``McpServer`` row made from an ``McpToolset``-style spec, linked to an agent."""
+    from agents_app.models import Agent
+    from tools_app.mcp_client import validate_mcp_servers
+    from tools_app.mcp_import import row_fields
+    from tools_app.models import AgentMcpServer, McpServer
+
+    (valid,) = validate_mcp_servers([spec])
+    server = McpServer.objects.create(name=valid["name"], **{**row_fields(valid), "trusted": valid.get("trusted", False),
+                                                              **fields})
+    if agent_role:
+        AgentMcpServer.objects.create(agent=Agent.objects.get(role=agent_role), server=server, always=always)
+    return server
+
+
+aregister_mcp_server = sync_to_async(register_mcp_server)
 
 
 # --- SSE over the real ASGI handler --------------------------------------------------------------

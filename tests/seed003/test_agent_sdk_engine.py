@@ -12,6 +12,8 @@ from agents_app.models import Agent
 from chat_app import services
 from tests.fakes.anthropic_server import http_error, stall, text_reply, tool_use_reply
 
+from .conftest import aregister_mcp_server
+
 pytest.importorskip("claude_agent_sdk")
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,7 +62,7 @@ async def test_agent_sdk_resume_passes_session_and_carries_context(user, agent_s
 
 
 async def test_agent_sdk_mcp_servers_reach_model_and_run(user, agent_sdk, mcp_stdio):
-    await Agent.objects.filter(role=ROLE).aupdate(mcp_servers=[{**mcp_stdio, "requires_approval": False}])
+    await aregister_mcp_server({**mcp_stdio, "requires_approval": False}, agent_role=ROLE)
     agent_sdk.script(tool_use_reply("mcp__calc__add", {"a": 2, "b": 3}, id="toolu_sdk"), text_reply("5 it is"))
     _, events = await _run(user=user, input="add", agent_role=ROLE)
     assert events[-1].payload["status"] == "succeeded", events[-1].payload

@@ -6,6 +6,7 @@ import logging
 import pytest
 from asgiref.sync import sync_to_async
 
+from agents_app.models import Agent
 from chat_app import services
 from chat_app.models import Conversation, Message, Run
 from tests.fakes.anthropic_server import http_error, mid_stream_error, stall, text_reply
@@ -99,9 +100,12 @@ async def test_sdk_internal_error_wrapped_with_context(user, token, claude, agen
 
 
 async def test_invalid_request_mcp_config_wrapped_with_context(user):
-    """A bad MCP config given to the service directly (not through a validating view) fails readably."""
-    _, events = await _run(user=user, input="hi", agent_role="coder", engine="mock",
-                           options={"mcp_servers": [{"name": "bad name"}]})
+    """A registered MCP server saved around the admin's validation fails the run readably."""
+    from tools_app.models import AgentMcpServer, McpServer
+
+    server = await McpServer.objects.acreate(name="broken", transport="stdio", command=[])
+    await AgentMcpServer.objects.acreate(agent=await Agent.objects.aget(role="coder"), server=server, always=True)
+    _, events = await _run(user=user, input="hi", agent_role="coder", engine="mock")
     error = next(e.payload for e in events if e.event == "error")
     assert error["code"] == "invalid_mcp_config"
     assert error["message"].endswith("[agent coder (engine mock, model mock-1, provider local)]")

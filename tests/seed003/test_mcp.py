@@ -1,7 +1,9 @@
-"""Seed 003 "MCP server configuration": MCP servers per agent and per request reach the model and run.
+"""Seed 003 "MCP server configuration": registered MCP servers (an agent's ``always`` ones and
+those a request names) reach the model and run.
 
 The MCP servers are real ones (``tests/fakes/mcp_server.py``, built on the ``mcp`` SDK's
-``MCPServer``), over stdio and streamable HTTP; the model is the scripted Anthropic server.
+``MCPServer``), over stdio and streamable HTTP; the model is the scripted Anthropic server. Who may
+use which server is in ``test_mcp_policy.py``.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from tools_app.mcp_client import McpConfigError, McpToolset, mcp_tool_name, vali
 from tools_app.registry import ToolContext, all_tools
 from tools_app.services import tool_confirmation_decide
 
-from .conftest import ANALYST, open_stream, stream_path
+from tools_app.mcp_policy import mcp_servers_for_run
+
+from .conftest import ANALYST, aregister_mcp_server, open_stream, stream_path
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,8 +40,8 @@ def _tool_result(request) -> dict:
 
 
 async def test_mcp_server_configuration_tools_reach_model_and_run(user, claude, mcp_stdio):
-    """Agent config, stdio server, approval required by default: approve, "5" goes back to the model."""
-    await _set_agent(ANALYST, mcp_servers=[mcp_stdio])
+    """The agent's registered stdio server, approval required by default: approve, "5" goes back to the model."""
+    await aregister_mcp_server(mcp_stdio)
     claude.script(tool_use_reply("mcp__calc__add", {"a": 2, "b": 3}, id="toolu_add"), text_reply("2 + 3 = 5"))
     created = await services.run_start(user=user, input="add 2 and 3", agent_role=ANALYST)
     events = []
@@ -63,7 +67,8 @@ async def test_mcp_server_configuration_tools_reach_model_and_run(user, claude, 
 
 
 async def test_mcp_tool_approval_override_skips_confirmation(user, claude, mcp_stdio):
-    await _set_agent(ANALYST, mcp_servers=[mcp_stdio], approval_overrides={"mcp__calc__add": False})
+    await aregister_mcp_server(mcp_stdio)
+    await _set_agent(ANALYST, approval_overrides={"mcp__calc__add": False})
     claude.script(tool_use_reply("mcp__calc__add", {"a": 40, "b": 2}), text_reply("42"))
     created = await services.run_start(user=user, input="add", agent_role=ANALYST)
     events = [e async for e in services.run_subscribe(run_id=str(created.run.id))]
@@ -72,7 +77,7 @@ async def test_mcp_tool_approval_override_skips_confirmation(user, claude, mcp_s
 
 
 async def test_mcp_tool_denied_is_not_run(user, claude, mcp_stdio):
-    await _set_agent(ANALYST, mcp_servers=[mcp_stdio])
+    await aregister_mcp_server(mcp_stdio)
     claude.script(tool_use_reply("mcp__calc__add", {"a": 1, "b": 1}), text_reply("ok, I will not"))
     created = await services.run_start(user=user, input="add", agent_role=ANALYST)
     async for event in services.run_subscribe(run_id=str(created.run.id)):
@@ -85,7 +90,7 @@ async def test_mcp_tool_denied_is_not_run(user, claude, mcp_stdio):
 
 async def test_mcp_server_config_requires_approval_false_and_error_result(user, claude, mcp_stdio):
     """Server-level ``requires_approval: false``; a tool that fails comes back as is_error."""
-    await _set_agent(ANALYST, mcp_servers=[{**mcp_stdio, "requires_approval": False}])
+    await aregister_mcp_server({**mcp_stdio, "requires_approval": False})
     claude.script(tool_use_reply("mcp__calc__fail", {}), text_reply("it failed"))
     created = await services.run_start(user=user, input="fail", agent_role=ANALYST)
     events = [e async for e in services.run_subscribe(run_id=str(created.run.id))]
@@ -95,12 +100,15 @@ async def test_mcp_server_config_requires_approval_false_and_error_result(user, 
     assert events[-1].payload["status"] == "succeeded"
 
 
-async def test_mcp_per_request_http_server_through_stream(user, token, claude, mcp_http, agents):
-    """A request's own MCP config (streamable HTTP, with headers) on the seed-003 endpoint."""
+@pytest.mark.parametrize("named", ["calc", {"name": "calc"}])
+async def test_mcp_per_request_http_server_through_stream(user, token, claude, mcp_http, agents, named):
+    """A request names a registered HTTP server (trusted: it is on 127.0.0.1; with headers) that
+    the agent may use on request, on the seed-003 endpoint."""
+    await aregister_mcp_server({"name": "calc", "url": mcp_http.url, "headers": {"X-Team": "blue"},
+                                "requires_approval": ["add"], "trusted": True}, always=False)
     conversation = await Conversation.objects.acreate(owner=user, title="t", agent=agents[ANALYST])
     claude.script(tool_use_reply("mcp__calc__header", {"name": "x-team"}), text_reply("done"))
-    body = {"content": "which team?", "mcpServers": [
-        {"name": "calc", "url": mcp_http.url, "headers": {"X-Team": "blue"}, "requires_approval": ["add"]}]}
+    body = {"content": "which team?", "mcpServers": [named]}
     stream = await open_stream(stream_path(str(conversation.id)), token=token, body=body)
     events = await stream.events(timeout=20)
     await stream.close()
@@ -108,12 +116,12 @@ async def test_mcp_per_request_http_server_through_stream(user, token, claude, m
     assert [e.data for e in events if e.event == "tool_use"][-1]["output"] == "blue"
     assert _tool_result(claude.requests_to("/v1/messages")[1])["content"] == "blue"
     assert events[-1].event == "done"
-    # The request's servers were for that request only: the agent has none.
-    assert (await Agent.objects.aget(role=ANALYST)).mcp_servers == []
+    # The request's servers were for that request only: a run that names none gets none.
+    assert await sync_to_async(mcp_servers_for_run)(user=user, agent=agents[ANALYST], requested=None) == []
 
 
 async def test_mcp_server_that_cannot_start_fails_the_run_readably(user, claude):
-    await _set_agent(ANALYST, mcp_servers=[{"name": "ghost", "command": ["/nonexistent/mcp-server"]}])
+    await aregister_mcp_server({"name": "ghost", "command": ["/nonexistent/mcp-server"]})
     created = await services.run_start(user=user, input="hi", agent_role=ANALYST)
     events = [e async for e in services.run_subscribe(run_id=str(created.run.id))]
     error = next(e.payload for e in events if e.event == "error")
@@ -125,7 +133,7 @@ async def test_mcp_server_that_cannot_start_fails_the_run_readably(user, claude)
 
 async def test_mcp_toolset_lists_and_calls_over_stdio_and_http(mcp_stdio, mcp_http):
     ctx = ToolContext(workspace=Path("."))
-    for config in (mcp_stdio, {"name": "calc", "url": mcp_http.url}):
+    for config in (mcp_stdio, {"name": "calc", "url": mcp_http.url, "trusted": True}):
         async with McpToolset([config]) as tools:
             assert set(tools) == {f"mcp__calc__{n}" for n in ("add", "echo", "env", "header", "fail")}
             add = tools["mcp__calc__add"]
@@ -153,7 +161,7 @@ async def test_mcp_toolset_closes_servers_after_a_partial_failure(mcp_stdio):
     from agents_app.engines import EngineError
 
     with pytest.raises(EngineError) as info:
-        async with McpToolset([mcp_stdio, {"name": "down", "url": "http://127.0.0.1:9/mcp"}]):
+        async with McpToolset([mcp_stdio, {"name": "down", "url": "http://127.0.0.1:9/mcp", "trusted": True}]):
             pass
     assert info.value.code == "mcp_connect_failed" and "down (http http://127.0.0.1:9/mcp)" in info.value.message
     assert _mcp_server_children() == []  # the stdio server that did start was stopped again
@@ -189,6 +197,9 @@ def _mcp_server_children() -> list[int]:
     ([{"name": "a", "command": ["x"], "timeout": 0}], "timeout"),
     ([{"name": "a", "command": ["x"], "comand": ["y"]}], "unknown key"),
     ([{"name": "a", "command": ["x"]}, {"name": "a", "url": "http://h"}], "used twice"),
+    ([{"name": "a", "command": ["x"], "trusted": True}], "'trusted' is for HTTP"),
+    ([{"name": "a", "url": "http://h", "trusted": "yes"}], "'trusted' must be"),
+    ([{"name": "a\n", "command": ["x"]}], "'name'"),
 ])
 def test_mcp_config_validation_rejects_bad_shapes(config, problem):
     with pytest.raises(McpConfigError, match=problem.replace("(", r"\(")):
@@ -199,6 +210,8 @@ def test_mcp_config_validation_normalises_claude_sdk_style():
     assert validate_mcp_servers([{"name": "fs", "type": "stdio", "command": "npx", "args": ["-y", "srv"]}]) == [
         {"name": "fs", "command": ["npx", "-y", "srv"], "env": {}, "requires_approval": True}]
     assert validate_mcp_servers(None) == []
+    assert validate_mcp_servers([{"name": "d", "url": "http://h/mcp"}]) == [
+        {"name": "d", "url": "http://h/mcp", "headers": {}, "trusted": False, "requires_approval": True}]
 
 
 def test_mcp_tool_names_follow_the_registry_rule():
@@ -207,18 +220,3 @@ def test_mcp_tool_names_follow_the_registry_rule():
     long = mcp_tool_name("s" * 40, "t" * 40)
     assert len(long) == 64 and long.startswith("mcp__sss")
     assert long != mcp_tool_name("s" * 40, "t" * 39 + "u")
-
-
-def test_agent_admin_form_validates_mcp_servers(agents):
-    from agents_app.admin import AgentAdminForm
-    from django.forms.models import model_to_dict
-
-    agent = agents["coder"]
-    data = {**model_to_dict(agent), "allowed_tools": "[]", "approval_overrides": '{"mcp__calc__add": false}',
-            "mcp_servers": '[{"name": "calc"}]'}
-    form = AgentAdminForm(data=data, instance=agent)
-    assert not form.is_valid()
-    assert "exactly one of" in str(form.errors["mcp_servers"])
-    assert "approval_overrides" not in form.errors  # MCP tool names are accepted there
-    data["mcp_servers"] = '[{"name": "calc", "url": "http://127.0.0.1:9000/mcp"}]'
-    assert AgentAdminForm(data=data, instance=agent).is_valid()

@@ -151,7 +151,8 @@ async def test_stream_chat_unknown_or_foreign_conversation_is_404_json(user, tok
 
 
 @pytest.mark.parametrize("body", [{}, {"content": ""}, {"content": "   "}, {"content": 5}, {"content": None},
-                                  ["content"], {"content": "hi", "mcpServers": [{"name": "x"}]},
+                                  ["content"], {"content": "hi", "mcpServers": [{"name": "a b"}]},
+                                  {"content": "hi", "mcpServers": [5]}, {"content": "hi", "mcpServers": [{"name": 5}]},
                                   {"content": "hi", "mcpServers": "nope"}])
 async def test_stream_chat_bad_body_is_400_json(user, token, body):
     conversation = await _conversation(user)

@@ -14,5 +14,5 @@ def forward(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("agents_app", "0002_default_agents")]
+    dependencies = [("agents_app", "0003_remove_agent_mcp_servers")]
     operations = [migrations.RunPython(forward, migrations.RunPython.noop)]
