@@ -2,6 +2,8 @@ from django import forms
 from django.contrib import admin
 from django.utils.html import format_html
 
+from tools_app.admin import AgentToolRuleInline
+
 from .models import Agent
 
 
@@ -24,6 +26,7 @@ class AgentAdminForm(forms.ModelForm):
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AgentAdminForm
+    inlines = [AgentToolRuleInline]
     list_display = ["role", "display_name", "name_zh", "engine", "model", "enabled", "updated_at"]
     list_filter = ["engine", "enabled"]
     search_fields = ["role", "display_name", "name_zh", "description"]
@@ -37,7 +40,7 @@ class AgentAdmin(admin.ModelAdmin):
                            "instructions. Edit CLAUDE.md in the workspace itself.",
         }),
         ("Engine", {"fields": ["engine", "model", "max_steps"]}),
-        ("Tools", {"fields": ["allowed_tools", "approval_overrides", "mcp_servers"]}),
+        ("Tools", {"fields": ["allowed_tools", "mcp_servers"]}),
         ("Workspace", {"fields": ["workspace", "workspace_resolved"]}),
         ("History", {"fields": ["created_at", "updated_at"]}),
     ]

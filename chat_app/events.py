@@ -77,6 +77,8 @@ class ToolCallState(RunEventBase):
     output: str | None = None
     error: str | None = None
     confirmation_id: str | None = None
+    # The approval policy's decision once made: {effect: allow|ask|deny, rule, ruleId}.
+    policy: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
