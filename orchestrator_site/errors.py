@@ -44,6 +44,13 @@ class NotFound(ApplicationError):
     code = "not_found"
 
 
+class Forbidden(ApplicationError):
+    """The caller may see the object but not do this to it (e.g. a non-staff user making an agent rule)."""
+
+    status = 403
+    code = "permission_denied"
+
+
 class Conflict(ApplicationError):
     status = 409
     code = "conflict"

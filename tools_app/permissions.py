@@ -7,3 +7,17 @@ from typing import Any
 def can_decide_confirmation(*, user: Any, confirmation: Any) -> bool:
     """Only the owner of the run's conversation decides its tool calls."""
     return bool(user and user.is_authenticated and confirmation.run.conversation.owner_id == user.id)
+
+
+def can_make_agent_rules(*, user: Any) -> bool:
+    """Agent (and global) rules change what every user of an agent is asked: staff only."""
+    return bool(user and user.is_authenticated and user.is_staff)
+
+
+def can_change_tool_rule(*, user: Any, rule: Any) -> bool:
+    """A conversation rule belongs to its conversation's owner; agent and global rules to staff."""
+    if not (user and user.is_authenticated):
+        return False
+    if rule.scope == "conversation":
+        return rule.owner_id == user.id
+    return bool(user.is_staff)
