@@ -28,8 +28,9 @@ class AgentAdmin(admin.ModelAdmin):
         }),
         ("Engine", {"fields": ["engine", "model", "max_steps"]}),
         ("Tools", {
-            "fields": ["allowed_tools", "approval_overrides"],
-            "description": "MCP servers are registered under Tools › MCP servers and attached below.",
+            "fields": ["allowed_tools"],
+            "description": "MCP servers are registered under Tools › MCP servers and attached below; "
+                           "approval rules for this agent are below too.",
         }),
         ("Workspace", {"fields": ["workspace", "workspace_resolved"]}),
         ("History", {"fields": ["created_at", "updated_at"]}),

@@ -26,6 +26,7 @@ def validate_tool_names(value) -> None:
         raise ValidationError(f"Unknown tools: {', '.join(unknown)}.")
 
 
+# Kept for migration 0001, which names it; approval overrides are now agent-scoped ToolRule rows.
 def validate_approval_overrides(value) -> None:
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, bool) for k, v in value.items()):
         raise ValidationError('Approval overrides must map tool names to true/false, e.g. {"bash": false}.')
@@ -62,12 +63,6 @@ class Agent(models.Model):
     engine = models.CharField(max_length=40, default="mock", validators=[validate_engine_name])
     model = models.CharField(max_length=200, blank=True, help_text="Blank: the engine's configured default.")
     allowed_tools = models.JSONField(default=list, blank=True, validators=[validate_tool_names])
-    approval_overrides = models.JSONField(
-        default=dict,
-        blank=True,
-        validators=[validate_approval_overrides],
-        help_text='Per-tool approval override, e.g. {"bash": false}. Unlisted tools use the tool default.',
-    )
     max_steps = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1), MaxValueValidator(100)])
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -97,6 +92,3 @@ class Agent(models.Model):
         if claude_md:
             parts.append("# Workspace instructions (CLAUDE.md)\n\n" + claude_md)
         return "\n\n".join(p for p in parts if p)
-
-    def tool_requires_approval(self, tool_name: str, default: bool) -> bool:
-        return bool(self.approval_overrides.get(tool_name, default))

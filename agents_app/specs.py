@@ -6,9 +6,9 @@ reads an agent reads a spec the same way.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .models import Agent
@@ -23,23 +23,22 @@ class AgentSpec:
     system_prompt: str  # the effective prompt: the admin's prompt followed by the workspace's CLAUDE.md
     workspace_path: Path
     allowed_tools: tuple[str, ...] = ()
-    approval_overrides: dict[str, bool] = field(default_factory=dict)
     max_steps: int = 10
     display_name: str = ""
+
+    @property
+    def pk(self) -> int | None:
+        return self.id
 
     def effective_system_prompt(self) -> str:
         return self.system_prompt
 
-    def tool_requires_approval(self, tool_name: str, default: bool) -> bool:
-        return bool(self.approval_overrides.get(tool_name, default))
-
 
 def agent_spec(agent: "Agent") -> AgentSpec:
     """Freeze an agent row (reads its workspace's CLAUDE.md: call it off the event loop)."""
-    overrides: Any = getattr(agent, "approval_overrides", None) or {}
     return AgentSpec(
         id=agent.pk, role=agent.role, engine=agent.engine, model=agent.model,
         system_prompt=agent.effective_system_prompt(), workspace_path=agent.workspace_path,
-        allowed_tools=tuple(agent.allowed_tools or ()), approval_overrides=dict(overrides),
+        allowed_tools=tuple(agent.allowed_tools or ()),
         max_steps=int(agent.max_steps or 10), display_name=agent.display_name,
     )

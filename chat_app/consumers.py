@@ -3,8 +3,10 @@
 Client → server (JSON text frames):
 
 - ``{"agent_role": ..., "message": ..., "conversation_history": [...]?}`` starts a chat turn;
-- ``{"type": "confirm", "confirmation_id": ..., "approved": true|false, "reason"?: ...}``
-  approves or denies a tool call that is waiting (``tool_use`` with ``status: awaiting_input``).
+- ``{"type": "confirm", "confirmation_id": ..., "approved": true|false, "reason"?: ...,
+  "remember"?: "conversation"|"agent", "pattern"?: ...}`` approves or denies a tool call that is
+  waiting (``tool_use`` with ``status: awaiting_input``); ``remember`` also makes the decision an
+  approval rule (see ``tools_app.services.tool_confirmation_decide``).
 
 Server → client: the seed-000 event objects (the ``chat-stream`` dialect,
 ``chat_app/transports/chat_stream.py``, through ``stream_run``), each turn ending with
@@ -141,13 +143,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         confirmation_id = content.get("confirmation_id")
         approved = content.get("approved")
         reason = content.get("reason", "")
+        remember, pattern = content.get("remember"), content.get("pattern")
         if not isinstance(confirmation_id, str) or not isinstance(approved, bool) or not isinstance(reason, str):
             await self._error("A confirm message needs confirmation_id (string) and approved (true or false).",
                               code="invalid_input")
             return
+        if not isinstance(remember, (str, type(None))) or not isinstance(pattern, (str, type(None))):
+            await self._error("remember and pattern, when given, are strings.", code="invalid_input")
+            return
         try:
             await in_thread(tool_confirmation_decide)(
                 user=self.user, confirmation_id=confirmation_id, approved=approved, reason=reason,
+                remember=remember, pattern=pattern,
             )
         except ApplicationError as exc:
             logger.info("ws/chat: confirmation %s refused for user %s: %s", confirmation_id, self.user.pk, exc.message)

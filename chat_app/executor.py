@@ -138,13 +138,13 @@ class InProcessExecutor:
             commit = _failure_commit(launch, Run.Status.FAILED, message)
         finally:
             watcher.cancel()
-            await doorbell.stop()
         try:
             await live.finish(final, commit)
         except Exception:  # noqa: BLE001 - nothing may keep subscribers waiting forever
             logger.exception("recording the end of run %s failed", launch.run_id)
             live.done = True
             live.publish(live.make(final[-1]), persist=False)
+        await doorbell.stop()  # after the end is out: a slow channel layer must not delay it
         loop = asyncio.get_running_loop()
         loop.call_later(LINGER_SECONDS, lambda: self.live.pop(launch.run_id, None)
                         if self.live.get(launch.run_id) is live else None)

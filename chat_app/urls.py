@@ -1,11 +1,13 @@
 from django.urls import path
 
-from .api import agent_chat, chat_stream, message_stream, views
+from .api import agent_chat, chat_stream, message_stream, tool_rules, views
 from .api.assistant_ui import AssistantUiChatApi
 
 urlpatterns = [
     path("v1/conversations", views.ConversationListCreateApi.as_view(), name="conversations"),
     path("v1/conversations/<str:conversation_id>/messages", views.ConversationMessagesApi.as_view(), name="conversation-messages"),
+    path("v1/conversations/<str:conversation_id>/tool-rules", tool_rules.ConversationToolRulesApi.as_view(), name="conversation-tool-rules"),
+    path("v1/conversations/<str:conversation_id>/tool-rules/<str:rule_id>", tool_rules.ConversationToolRuleApi.as_view(), name="conversation-tool-rule"),
     path("v1/agent/runs/<str:run_id>/timeline", views.RunTimelineApi.as_view(), name="run-timeline"),
     path("v1/agent/chat", agent_chat.AgentChatApi.as_view(), name="agent-chat"),
     path("v1/agent/runs/<str:run_id>/events", agent_chat.RunEventsApi.as_view(), name="run-events"),

@@ -119,7 +119,11 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            # redis-py 8 reads with a 5 s socket timeout by default, the same as channels-redis's
+            # blocking 5 s BZPOPMIN: the receive then races its own timeout (reads fail, and a
+            # message popped at the edge is lost). A longer socket timeout removes the race.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
+                       "capacity": 1000, "expiry": 60},
         }
     }
 else:

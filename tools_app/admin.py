@@ -1,9 +1,10 @@
+from django import forms
 from django.contrib import admin
 
 from agents_app.admin import AgentAdmin
 from agents_app.models import Agent
 
-from .models import AgentMcpServer, McpServer, ToolConfirmation
+from .models import AgentMcpServer, McpServer, ToolConfirmation, ToolRule
 
 
 @admin.register(ToolConfirmation)
@@ -46,6 +47,70 @@ class ServersOfAgentInline(admin.TabularInline):
     verbose_name_plural = "MCP servers (always: every run; otherwise when a request names it)"
 
 
+class ToolRuleAdminForm(forms.ModelForm):
+    class Meta:
+        model = ToolRule
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        if data.get("scope") == ToolRule.Scope.CONVERSATION and not data.get("owner"):
+            # The owner is who may list and delete it through the API; tools_app cannot look it up.
+            self.add_error("owner", "A conversation rule's owner is the conversation's owner: set it.")
+        return data
+
+
+@admin.register(ToolRule)
+class ToolRuleAdmin(admin.ModelAdmin):
+    form = ToolRuleAdminForm
+    list_display = ["__str__", "effect", "tool", "argument", "scope", "agent", "conversation_id", "owner", "created_at"]
+    list_filter = ["effect", "scope"]
+    search_fields = ["tool", "argument", "name"]
+    raw_id_fields = ["owner"]
+    readonly_fields = ["created_at"]
+    fields = ["name", "effect", "tool", "argument", "scope", "agent", "conversation_id", "owner", "created_at"]
+
+    def save_model(self, request, obj: ToolRule, form, change: bool) -> None:
+        if obj.owner_id is None and obj.scope != ToolRule.Scope.CONVERSATION:
+            obj.owner = request.user
+        super().save_model(request, obj, form, change)
+
+
+class _AgentToolRuleForm(forms.ModelForm):
+    # Set per request by the inline: who adds a rule owns it.
+    creator = None
+
+    class Meta:
+        model = ToolRule
+        fields = ["effect", "tool", "argument", "name"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Rows of this inline are agent rules (the inline sets the agent); validated as such.
+        self.instance.scope = ToolRule.Scope.AGENT
+        if self.instance.pk is None and self.creator is not None:
+            self.instance.owner = self.creator
+
+
+class AgentToolRuleInline(admin.TabularInline):
+    """The agent's own approval rules, on its admin page (registered by ``agents_app.admin``)."""
+
+    model = ToolRule
+    fk_name = "agent"
+    form = _AgentToolRuleForm
+    extra = 0
+    verbose_name = "approval rule"
+    verbose_name_plural = "Approval rules for this agent (global rules apply too; deny, then ask, then allow)"
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        # A rule names its agent: add rules once the agent is saved.
+        return obj is not None and super().has_add_permission(request, obj)
+
+    def get_formset(self, request, obj=None, **kwargs):
+        kwargs["form"] = type("AgentToolRuleForm", (_AgentToolRuleForm,), {"creator": request.user})
+        return super().get_formset(request, obj, **kwargs)
+
+
 # The Agent admin lives in agents_app, which does not import tools_app (dependencies point
 # agents ← tools); so tools_app adds its inline by registering an extended Agent admin.
 admin.site.unregister(Agent)
@@ -53,4 +118,4 @@ admin.site.unregister(Agent)
 
 @admin.register(Agent)
 class AgentWithMcpServersAdmin(AgentAdmin):
-    inlines = [*AgentAdmin.inlines, ServersOfAgentInline]
+    inlines = [*AgentAdmin.inlines, ServersOfAgentInline, AgentToolRuleInline]

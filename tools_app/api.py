@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 from chat_app.api.serializers import StrictCharField
 
 from . import selectors, services
-from .models import ToolConfirmation
+from .models import ToolConfirmation, ToolRule
 
 
 class ToolConfirmationOutput(serializers.ModelSerializer):
@@ -28,8 +28,29 @@ class ToolConfirmationOutput(serializers.ModelSerializer):
                   "decidedBy", "decidedAt", "createdAt", "expiresAt"]
 
 
+class ToolRuleOutput(serializers.ModelSerializer):
+    createdAt = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = ToolRule
+        fields = ["id", "effect", "tool", "argument", "scope", "name", "createdAt"]
+
+
 class ToolConfirmationDecisionInput(serializers.Serializer):
     reason = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
+    remember = serializers.ChoiceField(choices=list(services.REMEMBER_SCOPES), required=False, allow_null=True,
+                                       default=None, help_text="Also make this decision a rule (agent: staff only).")
+    pattern = StrictCharField(required=False, allow_blank=True, allow_null=True, max_length=500, default=None,
+                              help_text="With remember: the rule's pattern on the tool's main argument.")
+
+
+class ToolConfirmationDecisionOutput(ToolConfirmationOutput):
+    # With remember: the rule made, and the other pending confirmations it decided.
+    rule = ToolRuleOutput(source="remembered_rule", allow_null=True, default=None)
+    alsoDecided = serializers.ListField(child=serializers.CharField(), source="also_decided", default=list)
+
+    class Meta(ToolConfirmationOutput.Meta):
+        fields = [*ToolConfirmationOutput.Meta.fields, "rule", "alsoDecided"]
 
 
 class ToolConfirmationListApi(APIView):
@@ -53,15 +74,16 @@ class _DecideApi(APIView):
         serializer.is_valid(raise_exception=True)
         confirmation = services.tool_confirmation_decide(
             user=request.user, confirmation_id=confirmation_id, approved=self.approved,
-            reason=serializer.validated_data["reason"],
+            reason=serializer.validated_data["reason"], remember=serializer.validated_data["remember"],
+            pattern=serializer.validated_data["pattern"],
         )
-        return Response(ToolConfirmationOutput(confirmation).data)
+        return Response(ToolConfirmationDecisionOutput(confirmation).data)
 
 
 class ToolConfirmationApproveApi(_DecideApi):
     approved = True
 
-    @extend_schema(request=ToolConfirmationDecisionInput, responses=ToolConfirmationOutput,
+    @extend_schema(request=ToolConfirmationDecisionInput, responses=ToolConfirmationDecisionOutput,
                    summary="Approve a pending tool call (first decision wins; 409 after)")
     def post(self, request: Request, confirmation_id: str) -> Response:
         return super().post(request, confirmation_id)
@@ -70,7 +92,7 @@ class ToolConfirmationApproveApi(_DecideApi):
 class ToolConfirmationDenyApi(_DecideApi):
     approved = False
 
-    @extend_schema(request=ToolConfirmationDecisionInput, responses=ToolConfirmationOutput,
+    @extend_schema(request=ToolConfirmationDecisionInput, responses=ToolConfirmationDecisionOutput,
                    summary="Deny a pending tool call (first decision wins; 409 after)")
     def post(self, request: Request, confirmation_id: str) -> Response:
         return super().post(request, confirmation_id)

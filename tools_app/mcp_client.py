@@ -24,8 +24,9 @@ Server config (a list of these; unknown keys are rejected so typos do not pass s
   an admin's ``McpServer`` row, never from a request.
 - optional ``requires_approval``: ``true`` (the default: an MCP server's tools can do anything,
   so a person approves each call), ``false`` (none of this server's tools need approval), or a
-  list of the server's tool names that need approval (the others do not). An agent's
-  ``approval_overrides`` keyed by the full tool name (``{"mcp__calc__add": false}``) still wins.
+  list of the server's tool names that need approval (the others do not). This is the tools'
+  default; approval rules (``tools_app/policy.py``) on the full tool name (``mcp__calc__add``)
+  or a glob (``mcp__calc__*``) still win.
 
 Tool names: the model sees ``mcp__<server>__<tool>``, lower-cased with every character outside
 ``[a-z0-9_]`` replaced by ``_`` and cut to 64 characters (with a short hash when cut or when two

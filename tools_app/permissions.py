@@ -20,3 +20,15 @@ def can_use_inline_mcp_servers(*, user: Any) -> bool:
     register any server in the admin anyway, so refusing them here would protect nothing.
     """
     return bool(user and user.is_authenticated and user.has_perm(INLINE_MCP_SERVERS_PERMISSION))
+def can_make_agent_rules(*, user: Any) -> bool:
+    """Agent (and global) rules change what every user of an agent is asked: staff only."""
+    return bool(user and user.is_authenticated and user.is_staff)
+
+
+def can_change_tool_rule(*, user: Any, rule: Any) -> bool:
+    """A conversation rule belongs to its conversation's owner; agent and global rules to staff."""
+    if not (user and user.is_authenticated):
+        return False
+    if rule.scope == "conversation":
+        return rule.owner_id == user.id
+    return bool(user.is_staff)

@@ -5,8 +5,8 @@ list of tools is the registry, never an ``if`` chain. Each tool declares:
 
 - ``name``: validated identifier the model sees (``^[a-z][a-z0-9_]{0,63}$``);
 - ``description`` and ``input_schema`` (JSON Schema for the model);
-- ``requires_approval``: whether a person must approve a call by default (an agent may override
-  this per tool, see ``Agent.approval_overrides``);
+- ``requires_approval``: whether a person must approve a call by default, i.e. the tool's default
+  effect (``ask`` or ``allow``) when no approval rule matches (see ``tools_app/policy.py``);
 - ``async run(*, input, context)`` returning a :class:`ToolResult`.
 
 Tools never raise for an expected failure (bad path, non-zero exit, HTTP error): they return

@@ -1,6 +1,7 @@
 """The tool runner an engine is handed: offers allowed tools, asks a person when needed, runs.
 
-Every call goes through :meth:`ToolRunner.call`, which emits the ``tool.state`` transitions
+Every call goes through :meth:`ToolRunner.call`, which asks the approval policy
+(``tools_app/policy.py``: allow, ask or deny), emits the ``tool.state`` transitions
 (``pending`` → [``awaiting_input`` →] ``running`` → ``succeeded``/``failed``, or ``denied``),
 and never raises for a tool's own failure: the model gets the error text back. It implements
 the engines' ``ToolPort``; it writes no chat rows (the run service records what it sees).
@@ -18,6 +19,8 @@ from django.utils import timezone
 
 from core.events import ContextPatch, RunEventBase, ToolCallState, ToolStatus
 
+from .policy import Effect
+from .policy_check import tool_call_policy, tool_needs_person
 from .registry import Tool, ToolContext, ToolError, ToolResult, all_tools
 from .workspace import ensure_workspace
 
@@ -70,9 +73,10 @@ class ToolRunner:
         return [self.get(name).spec() for name in self.names()]  # type: ignore[union-attr]
 
     def requires_approval(self, name: str) -> bool:
-        tool = self.get(name)
-        default = bool(getattr(tool, "requires_approval", True))
-        return self.agent.tool_requires_approval(name, default)
+        """Compat for engines that cannot pause for a person (claude_agent_sdk): True unless the
+        approval policy lets every call of ``name`` run without one (deny and ask both count)."""
+        return tool_needs_person(agent=self.agent, conversation_id=self.conversation_id, tool_name=name,
+                                 tool=self.get(name))
 
     # --- one call ------------------------------------------------------------------------------
     async def call(self, *, tool_call_id: str, name: str, input: dict[str, Any]) -> ToolResult:
@@ -89,8 +93,16 @@ class ToolRunner:
             await self._finish(state, ToolStatus.FAILED, result)
             return result
 
+        policy = await tool_call_policy(agent=self.agent, conversation_id=self.conversation_id, tool_name=name,
+                                        tool_input=input, tool=tool, workspace=ensure_workspace(self.agent.workspace_path))
+        state["policy"] = policy.to_dict()  # every state from here on says why the call ran, waited or not
+        if policy.effect == Effect.DENY:
+            result = ToolResult(f"Refused by policy rule {policy.rule!r}; the tool was not run.", is_error=True)
+            await self._finish(state, ToolStatus.DENIED, result, error=f"refused by policy rule {policy.rule!r}")
+            return result
+
         confirmation_id: str | None = None
-        if self.requires_approval(name):
+        if policy.effect == Effect.ASK:
             confirmation = await _confirmation_create(run_id=self.run_id, tool_call_id=tool_call_id, tool=name, input=input)
             confirmation_id = str(confirmation.id)
             await self.emit(ToolCallState(status=ToolStatus.AWAITING_INPUT, confirmation_id=confirmation_id, **state))

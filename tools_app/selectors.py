@@ -1,6 +1,7 @@
-"""Reads for tool confirmations. Another user's confirmation is never listed."""
+"""Reads for tool confirmations and approval rules. Another user's confirmation is never listed."""
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -8,7 +9,7 @@ from django.utils import timezone
 
 from core.errors import InvalidInput
 
-from .models import ToolConfirmation
+from .models import ToolConfirmation, ToolRule
 
 
 def tool_confirmation_list(*, user: Any, status: str | None = None) -> QuerySet[ToolConfirmation]:
@@ -57,3 +58,36 @@ def tool_confirmation_awaiting_seq(*, confirmation: ToolConfirmation) -> int:
         .first()
     )
     return int(seq or 0)
+
+
+# --- approval rules ------------------------------------------------------------------------------
+
+def tool_rules_for_call(*, agent_id: Any, conversation_id: Any) -> list[ToolRule]:
+    """Every rule that applies to a call by this agent in this conversation, in one query."""
+    scopes = Q(scope=ToolRule.Scope.GLOBAL)
+    if agent_id is not None:
+        scopes |= Q(scope=ToolRule.Scope.AGENT, agent_id=agent_id)
+    if _uuid_or_none(conversation_id) is not None:
+        scopes |= Q(scope=ToolRule.Scope.CONVERSATION, conversation_id=_uuid_or_none(conversation_id))
+    return list(ToolRule.objects.filter(scopes).order_by("id"))
+
+
+def tool_rule_list(*, conversation_id: Any) -> QuerySet[ToolRule]:
+    """A conversation's own rules, oldest first (the caller has checked the conversation is theirs)."""
+    return ToolRule.objects.filter(scope=ToolRule.Scope.CONVERSATION, conversation_id=conversation_id).order_by(
+        "created_at", "id")
+
+
+def tool_confirmations_still_waiting() -> QuerySet[ToolConfirmation]:
+    """Pending confirmations a decision can still change: not past their deadline, run not ended."""
+    from chat_app.models import Run
+
+    return ToolConfirmation.objects.filter(status=ToolConfirmation.Status.PENDING).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())).exclude(run__status__in=Run.TERMINAL)
+
+
+def _uuid_or_none(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value)) if value is not None else None
+    except ValueError:
+        return None

@@ -33,7 +33,7 @@ How it maps the run:
 - tools and approval: the agent's tools map to Claude Code's built-ins (``bash`` → Bash,
   ``read_file`` → Read/Glob/Grep, ``write_file`` → Write/Edit, ``web_fetch`` → WebFetch). The CLI
   runs tools itself and cannot pause for this service's confirmation flow, so a tool that needs
-  approval (tool default, server config, or the agent's ``approval_overrides``) is *not allowed*
+  approval or is denied (tool default, server config, or an approval rule) is *not allowed*
   in this engine: it is listed in ``disallowed_tools`` and the CLI refuses the call. Tool calls
   the CLI makes are reported as ``tool.state`` events (``running`` → ``succeeded``/``failed``).
 - errors: a missing CLI, a crashed CLI process and error results become ``EngineError`` with a

@@ -26,7 +26,7 @@ from chat_app.transports import Dialect, get_dialect
 from chat_app.transports import vercel_ai
 from core.errors import InvalidInput, NotFound
 from tools_app.selectors import tool_confirmation_awaiting_seq
-from tools_app.services import tool_confirmation_decide
+from tools_app.services import tool_confirmation_decide, tool_confirmation_get
 
 # ``?format=`` picks the stream dialect; the default is the seed-001 dialect.
 FORMATS = ("agent-chat", "vercel-ai")
@@ -117,11 +117,16 @@ class AgentChatApi(AsyncApiView):
     def _decide(request: Request, ui: vercel_ai.UiChatRequest) -> dict[str, Any]:
         # A body that only answers approvals decides them, then streams the rest of that run
         # (right after its awaiting_input event), continuing the client's UI message.
-        decided = [
-            tool_confirmation_decide(user=request.user, confirmation_id=a.confirmation_id, approved=a.approved,
-                                     reason=a.reason)
-            for a in ui.approvals
-        ]
+        decided, covered = [], set()
+        for a in ui.approvals:
+            if a.confirmation_id in covered:  # an earlier remembered decision in this body decided it
+                decided.append(tool_confirmation_get(user=request.user, confirmation_id=a.confirmation_id))
+                continue
+            confirmation = tool_confirmation_decide(user=request.user, confirmation_id=a.confirmation_id,
+                                                    approved=a.approved, reason=a.reason, remember=a.remember,
+                                                    pattern=a.pattern)
+            covered.update(confirmation.also_decided)
+            decided.append(confirmation)
         run = selectors.run_get(user=request.user, run_id=decided[-1].run_id)
         same_run = [c for c in decided if c.run_id == run.id]
         after = min(tool_confirmation_awaiting_seq(confirmation=c) for c in same_run)

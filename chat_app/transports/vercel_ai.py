@@ -39,7 +39,8 @@ Requests: besides ``{conversationId?, input, ...}`` the endpoint takes the AI SD
 the assistant's, carrying tool parts in state ``approval-responded`` (what
 ``addToolApprovalResponse`` produces), is a decision, not a new turn: each confirmation is
 decided and the response streams the rest of that run (from the ``awaiting_input`` event on),
-continuing the same UI message.
+continuing the same UI message. An approval may add ``remember`` (``"conversation"`` or
+``"agent"``) and ``pattern`` to make the decision an approval rule, as on the REST decision.
 """
 from __future__ import annotations
 
@@ -243,6 +244,9 @@ class ApprovalResponse:
     approved: bool
     reason: str
     tool_call_id: str
+    # Also make the decision an approval rule: "conversation" or "agent" (staff), optional pattern.
+    remember: str | None = None
+    pattern: str | None = None
 
 
 @dataclass(frozen=True)
@@ -281,9 +285,14 @@ def _approvals_of(message: dict[str, Any]) -> list[ApprovalResponse]:
             raise InvalidInput("An approval-responded tool part needs approval {id: string, approved: boolean}.",
                                code="invalid_input")
         reason = approval.get("reason")
+        remember, pattern = approval.get("remember"), approval.get("pattern")
+        if remember not in (None, "conversation", "agent") or not isinstance(pattern, (str, type(None))):
+            raise InvalidInput('approval.remember is "conversation" or "agent"; approval.pattern is a string.',
+                               code="invalid_input")
         out.append(ApprovalResponse(confirmation_id=approval["id"], approved=approval["approved"],
                                     reason=reason if isinstance(reason, str) else "",
-                                    tool_call_id=str(part.get("toolCallId") or "")))
+                                    tool_call_id=str(part.get("toolCallId") or ""),
+                                    remember=remember, pattern=pattern))
     return out
 
 

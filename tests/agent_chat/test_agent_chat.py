@@ -11,6 +11,7 @@ from chat_app.executor import get_executor
 from chat_app.models import Conversation, Message, Run
 from tests.agent_chat.conftest import WRITE_TOOL, events_of, merged_run_events, parse_sse, run_events_of, tool_states
 from tests.conftest import wait_for
+from tools_app.models import ToolRule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -252,8 +253,7 @@ async def test_chat040_assistant_output_persisted_and_updated_at_moves(chat, use
 
 
 async def test_chat040_tool_calls_are_stored_as_tool_messages(chat, user, agents):
-    agents["coder"].approval_overrides = {"write_file": False}
-    await agents["coder"].asave()
+    await ToolRule.objects.acreate(scope="agent", agent=agents["coder"], effect="allow", tool="write_file")
     reader = await chat.chat({"input": WRITE_TOOL, "agentRole": "coder"})
     frames = events_of(await reader.rest())
     assert tool_states(frames) == ["pending", "running", "succeeded"]

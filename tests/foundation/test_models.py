@@ -29,11 +29,20 @@ def test_agent_validates_engine_and_tools(agents):
     assert "engine" in info.value.message_dict and "allowed_tools" in info.value.message_dict
 
 
-def test_agent_approval_override(agents):
+def test_agent_rule_overrides_a_tool_default(agents):
+    from tools_app.models import ToolRule
+    from tools_app.policy import policy_evaluate
+    from tools_app.selectors import tool_rules_for_call
+
     agent = agents["dev_efficiency_analyst"]
-    assert agent.tool_requires_approval("bash", True) is True
-    agent.approval_overrides = {"bash": False}
-    assert agent.tool_requires_approval("bash", True) is False
+
+    def effect() -> str:
+        rules = tool_rules_for_call(agent_id=agent.pk, conversation_id=None)
+        return policy_evaluate(tool_name="bash", tool_input={"command": "ls"}, rules=rules, default_effect="ask").effect
+
+    assert effect() == "ask"
+    ToolRule.objects.create(scope="agent", agent=agent, effect="allow", tool="bash")
+    assert effect() == "allow"
 
 
 def test_default_agents_loaded_idempotently(agents):

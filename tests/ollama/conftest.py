@@ -7,6 +7,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.fakes.mcp_invoke_server import McpInvokeServer
+from tools_app.models import ToolRule
 
 MODEL = "llama-test:8b"
 
@@ -22,12 +23,14 @@ def ollama(settings, ollama_server):
 
 @pytest.fixture
 def trio(agents, ollama) -> dict[str, Any]:
-    """orchestrator, coder and researcher on the ollama engine; run_python/mcp_trader unapproved."""
+    """orchestrator, coder and researcher on the ollama engine; run_python/mcp_trader allowed
+    by agent rules (no person asked)."""
     for role in ("orchestrator", "coder", "researcher"):
         agent = agents[role]
         agent.engine = "ollama"
-        agent.approval_overrides = {"run_python": False, "mcp_trader": False}
         agent.save()
+        for tool in ("run_python", "mcp_trader"):
+            ToolRule.objects.create(scope="agent", agent=agent, effect="allow", tool=tool)
     return agents
 
 

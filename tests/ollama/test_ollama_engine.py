@@ -13,6 +13,7 @@ from chat_app import services
 from chat_app.models import Message
 from tests.conftest import wait_for
 from tests.fakes.ollama_server import action, action_json, model_not_found, reply, stall
+from tools_app.models import ToolRule
 
 from .conftest import MODEL, answer_of, run_turn, steps_of, tool_events, user_query
 
@@ -327,8 +328,8 @@ async def test_ollama_engine_run_python_waits_for_approval(user, trio, ollama):
     from tools_app.services import tool_confirmation_decide
 
     agent = trio["orchestrator"]
-    agent.approval_overrides = {}  # run_python's default: a person approves each call
-    await agent.asave()
+    # Without the trio's allow rule, run_python's default applies: a person approves each call.
+    await ToolRule.objects.filter(agent=agent, tool="run_python").adelete()
     ollama.script(action("run", "use_tool", tool="run_python", args={"code": "y = 1"}), action("", "final", answer="ok"))
     created = await services.run_start(user=user, input="approve me", agent_role="orchestrator")
     events = []

@@ -25,7 +25,7 @@ from tests.fakes.anthropic_server import (
     tool_use_block,
     tool_use_reply,
 )
-from tools_app.models import ToolConfirmation
+from tools_app.models import ToolConfirmation, ToolRule
 from tools_app.services import tool_confirmation_decide
 
 from .conftest import ANALYST, MODEL, post_stream, types
@@ -259,7 +259,7 @@ async def test_claude_engine_bash_does_not_leak_server_environment(claude, token
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "canary-auth-token")
     monkeypatch.setenv("DJANGO_SECRET_KEY", "canary-secret-key")
     monkeypatch.setenv("DATABASE_URL", "postgres://canary:pw@db/x")
-    await Agent.objects.filter(role=ANALYST).aupdate(approval_overrides={"bash": False})
+    await ToolRule.objects.acreate(scope="agent", agent=agents[ANALYST], effect="allow", tool="bash")
     claude.script(tool_use_reply("bash", {"command": "env; echo key=[$ANTHROPIC_API_KEY]"}, id="t_env"),
                   text_reply("done"))
     _, events = await post_stream(token, {"agent_role": ANALYST, "message": "print env"})

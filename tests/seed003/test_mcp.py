@@ -18,6 +18,7 @@ from chat_app import services
 from chat_app.models import Conversation, Message
 from tests.fakes.anthropic_server import text_reply, tool_use_reply
 from tools_app.mcp_client import McpConfigError, McpToolset, mcp_tool_name, validate_mcp_servers
+from tools_app.models import ToolRule
 from tools_app.registry import ToolContext, all_tools
 from tools_app.services import tool_confirmation_decide
 
@@ -68,7 +69,8 @@ async def test_mcp_server_configuration_tools_reach_model_and_run(user, claude, 
 
 async def test_mcp_tool_approval_override_skips_confirmation(user, claude, mcp_stdio):
     await aregister_mcp_server(mcp_stdio)
-    await _set_agent(ANALYST, approval_overrides={"mcp__calc__add": False})
+    await ToolRule.objects.acreate(scope="agent", agent=await Agent.objects.aget(role=ANALYST), effect="allow",
+                                   tool="mcp__calc__add")
     claude.script(tool_use_reply("mcp__calc__add", {"a": 40, "b": 2}), text_reply("42"))
     created = await services.run_start(user=user, input="add", agent_role=ANALYST)
     events = [e async for e in services.run_subscribe(run_id=str(created.run.id))]

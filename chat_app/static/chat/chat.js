@@ -38,7 +38,7 @@
       card = document.createElement("div");
       card.className = "tool";
       card.dataset.toolCallId = data.toolCallId;
-      card.innerHTML = '<span class="name"></span><span class="state"></span><pre class="input"></pre><pre class="output" hidden></pre><div class="actions" hidden></div>';
+      card.innerHTML = '<span class="name"></span><span class="state"></span><span class="policy"></span><pre class="input"></pre><pre class="output" hidden></pre><div class="actions" hidden></div>';
       state.tools.set(data.toolCallId, card);
       $("#messages").appendChild(card);
       state.assistantEl = null; // text after a tool call starts a new bubble
@@ -47,6 +47,8 @@
     const st = card.querySelector(".state");
     st.textContent = data.status.replace("_", " ");
     st.className = `state ${data.status}`;
+    // Why the call ran, waited or was refused: the approval rule (or the tool's default).
+    card.querySelector(".policy").textContent = data.policy ? `${data.policy.effect}: ${data.policy.rule}` : "";
     card.querySelector(".input").textContent = JSON.stringify(data.input || {}, null, 2);
     const out = card.querySelector(".output");
     if (data.output || data.error) { out.hidden = false; out.textContent = data.output || data.error; }
@@ -54,17 +56,21 @@
     actions.innerHTML = "";
     actions.hidden = data.status !== "awaiting_input";
     if (data.status === "awaiting_input" && data.confirmationId) {
-      actions.append(decisionButton("Approve", "approve", data.confirmationId), decisionButton("Deny", "deny", data.confirmationId));
+      actions.append(decisionButton("Approve", "approve", data.confirmationId), decisionButton("Deny", "deny", data.confirmationId),
+                     decisionButton("Always allow here", "approve", data.confirmationId, { remember: "conversation" }));
     }
     card.scrollIntoView({ block: "end" });
   }
 
-  function decisionButton(label, verb, id) {
+  function decisionButton(label, verb, id, body) {
     const b = document.createElement("button");
-    b.type = "button"; b.textContent = label; b.className = verb;
+    b.type = "button"; b.textContent = label; b.className = body && body.remember ? "remember" : verb;
     b.addEventListener("click", async () => {
       document.querySelectorAll(`button[data-confirmation="${id}"]`).forEach((x) => (x.disabled = true));
-      try { await api("POST", `/v1/tool-confirmations/${id}/${verb}`); setStatus(`${label}d.`); }
+      try {
+        await api("POST", `/v1/tool-confirmations/${id}/${verb}`, body);
+        setStatus(body && body.remember ? "Approved; this tool now runs without asking in this conversation." : `${label}d.`);
+      }
       catch (e) { setStatus(`Could not ${verb}: ${e.message}`); }
       refreshPending();
     });
