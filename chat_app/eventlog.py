@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from core.doorbell import RunDoorbell, ring
 from core.events import RecordedEvent, RunEventBase
@@ -33,18 +34,53 @@ logger = logging.getLogger("orchestrator.runs")
 SAFETY_NET_SECONDS = 5.0
 
 
-def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Run blocking database work in a worker thread (not the one shared ORM thread) and close
-    that thread's connection afterwards: concurrent requests do not queue behind each other,
-    and an idle stream holds no connection."""
+# Blocking database work runs here: a small, fixed pool whose threads keep their connection.
+_DB_POOL = ThreadPoolExecutor(max_workers=int(getattr(settings, "DB_THREADS", 8)), thread_name_prefix="orchestrator-db")
 
-    def work(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        finally:
+
+def _work(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    try:
+        return func(*args, **kwargs)
+    except Exception:
+        if connection.connection is not None and (connection.in_atomic_block or not connection.is_usable()):
             connection.close()
+        raise
 
-    return sync_to_async(work, thread_sensitive=False)
+
+def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run blocking database work on the database pool, not on asgiref's one shared ORM thread,
+    so concurrent requests do not queue behind each other.
+
+    The pool is small and fixed (``DB_THREADS``) and each of its threads keeps its connection
+    between calls: the thread pool *is* the connection pool. Opening and closing one per call
+    would cost more than the work (closing SQLite's last WAL connection checkpoints the log), and
+    no stream, idle or not, ever holds one. A connection left unusable by an error, or inside a
+    broken transaction, is closed. Context variables are not carried over (Django's connections
+    are per thread; nothing here reads request context), which keeps a call cheap.
+    """
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(_DB_POOL, _work, func, args, kwargs)
+
+    return call
+
+
+def close_pool_connections(timeout: float = 10.0) -> None:
+    """Close the connection of every database-pool thread (tests, before dropping a database)."""
+    workers = _DB_POOL._max_workers
+    barrier = threading.Barrier(workers, timeout=timeout)
+
+    def close() -> None:
+        try:
+            connections.close_all()
+        finally:
+            try:
+                barrier.wait()  # each task holds its thread until all have one: one task per thread
+            except threading.BrokenBarrierError:
+                pass
+
+    for future in [_DB_POOL.submit(close) for _ in range(workers)]:
+        future.result(timeout=timeout + 1)
 
 
 def _db_time(ts: float) -> Any:

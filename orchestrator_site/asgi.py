@@ -9,6 +9,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator_site.settings")
 # so the two-command quick start needs no web server or collectstatic step.
 django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
 
+# Under ASGI each request's sync work runs on threads of its own (and the database work of runs
+# and streams on the database pool, which manages its connections), so closing "old" connections
+# of the current thread when a request *starts* has nothing to close; it only cost a thread hop
+# before every response. request_finished still closes them after the response.
+from django.core.signals import request_started  # noqa: E402
+from django.db import close_old_connections, reset_queries  # noqa: E402
+
+request_started.disconnect(close_old_connections)
+request_started.disconnect(reset_queries)
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from chat_app.routing import websocket_urlpatterns  # noqa: E402

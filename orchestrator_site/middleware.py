@@ -1,11 +1,16 @@
-"""JSON errors for everything outside DRF: unknown paths, oversized bodies, crashes."""
+"""The project's middleware: JSON errors for API paths, and Django's own middleware adapted so
+that API requests do not pay a thread hop per hook under ASGI."""
 from __future__ import annotations
 
 import logging
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.contrib.auth import middleware as auth
+from django.contrib.messages import middleware as messages
+from django.contrib.sessions import middleware as sessions
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
+from django.middleware import clickjacking, common, csrf, security
 
 from .errors import error_response
 
@@ -61,3 +66,59 @@ class JsonErrorMiddleware:
         if response.has_header("Allow"):
             rewritten["Allow"] = response["Allow"]
         return rewritten
+
+
+# --- Django's middleware, without a thread hop per hook on API paths ------------------------------
+
+# Paths served to API clients: their requests authenticate inside the view (a token, or a session
+# that is only read), so no middleware hook does blocking I/O for them.
+API_PREFIXES = ("/v1/", "/api/", "/chat", "/conversations/", "/health")
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith(API_PREFIXES)
+
+
+def inline_on_api_paths(cls: type) -> type:
+    """``cls`` (a ``MiddlewareMixin`` middleware) with its hooks run on the event loop for API paths.
+
+    Under ASGI, Django runs every sync hook of every such middleware through its own thread hop
+    (``sync_to_async``): about fifteen per request, several milliseconds before a stream's first
+    event. Their hooks only read headers and cookies and set lazy attributes; the one that can
+    write (the session, when modified) is never modified on an API path. Other paths (the admin,
+    the login page) keep Django's behaviour.
+    """
+
+    class InlineOnApiPaths(cls):
+        async def __acall__(self, request: HttpRequest):
+            if not _is_api(request):
+                return await super().__acall__(request)
+            response = self.process_request(request) if hasattr(self, "process_request") else None
+            response = response or await self.get_response(request)
+            if hasattr(self, "process_response"):
+                response = self.process_response(request, response)
+            return response
+
+    if hasattr(cls, "process_view"):
+        sync_process_view = cls.process_view
+
+        async def process_view(self, request, view_func, view_args, view_kwargs):
+            if _is_api(request):
+                return sync_process_view(self, request, view_func, view_args, view_kwargs)
+            return await sync_to_async(sync_process_view, thread_sensitive=True)(
+                self, request, view_func, view_args, view_kwargs)
+
+        InlineOnApiPaths.process_view = process_view
+
+    InlineOnApiPaths.__name__ = InlineOnApiPaths.__qualname__ = cls.__name__
+    InlineOnApiPaths.__module__ = __name__
+    return InlineOnApiPaths
+
+
+SecurityMiddleware = inline_on_api_paths(security.SecurityMiddleware)
+SessionMiddleware = inline_on_api_paths(sessions.SessionMiddleware)
+CommonMiddleware = inline_on_api_paths(common.CommonMiddleware)
+CsrfViewMiddleware = inline_on_api_paths(csrf.CsrfViewMiddleware)
+AuthenticationMiddleware = inline_on_api_paths(auth.AuthenticationMiddleware)
+MessageMiddleware = inline_on_api_paths(messages.MessageMiddleware)
+XFrameOptionsMiddleware = inline_on_api_paths(clickjacking.XFrameOptionsMiddleware)

@@ -66,15 +66,17 @@ INSTALLED_APPS = [
     "tools_app",
 ]
 
+# Django's own middleware, adapted to run inline (no thread hop per hook) on API paths: see
+# orchestrator_site/middleware.py.
 MIDDLEWARE = [
     "corsheaders.middleware.CorsMiddleware",
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "orchestrator_site.middleware.SecurityMiddleware",
+    "orchestrator_site.middleware.SessionMiddleware",
+    "orchestrator_site.middleware.CommonMiddleware",
+    "orchestrator_site.middleware.CsrfViewMiddleware",
+    "orchestrator_site.middleware.AuthenticationMiddleware",
+    "orchestrator_site.middleware.MessageMiddleware",
+    "orchestrator_site.middleware.XFrameOptionsMiddleware",
     "orchestrator_site.middleware.JsonErrorMiddleware",
 ]
 # No GZip middleware on purpose: it would buffer server-sent events.
@@ -112,6 +114,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Threads (each with its own connection) that do the database work of runs and streaming
+# requests: the process's connection pool. Streams never hold one.
+DB_THREADS = env_int("DB_THREADS", 8)
 
 # --- Channels -------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL")
@@ -186,6 +191,8 @@ ANTHROPIC_MAX_TOKENS = env_int("ANTHROPIC_MAX_TOKENS", 4096)
 ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 120.0)
 # Passed to the SDK, which retries 408/409/429/5xx/529 itself; nothing else retries.
 ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 2)
+# Connections the shared Anthropic client may open at once (one per concurrently streaming run).
+ANTHROPIC_MAX_CONNECTIONS = env_int("ANTHROPIC_MAX_CONNECTIONS", 2000)
 OLLAMA_URL = env("OLLAMA_URL", "http://localhost:11434")
 OLLAMA_MODEL = env("OLLAMA_MODEL", "gpt-oss-20b")
 OLLAMA_TIMEOUT = env_float("OLLAMA_TIMEOUT", 60.0)

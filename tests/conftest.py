@@ -31,6 +31,9 @@ def _close_async_db_connections(django_db_setup):
     from django.db import connections
 
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+    from chat_app.eventlog import close_pool_connections
+
+    close_pool_connections()
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
@@ -51,7 +52,7 @@ class ClaudeEngine(Engine):
 
     async def run(self, ctx: EngineContext) -> AsyncIterator[RunEventBase | EngineResult]:
         model = ctx.model or settings.ANTHROPIC_MODEL
-        client = _make_client()
+        client = shared_client()
         base_url = str(client.base_url)
         messages: list[dict[str, Any]] = [
             {"role": item["role"], "content": item["content"]} for item in ctx.history if item.get("content")
@@ -68,51 +69,48 @@ class ClaudeEngine(Engine):
         stop_reason: str | None = None
         max_steps = max(1, int(getattr(ctx.agent, "max_steps", 10) or 10))
         steps = 0
-        try:
-            while True:
-                steps += 1
-                turn = _Turn()
-                try:
-                    async for event in _stream_request(client, {**params, "messages": messages}):
-                        text = turn.feed(event)
-                        if text:
-                            if not turn.spoke and said:
-                                said.append(_TURN_SEPARATOR)
-                                yield TextDelta(text=_TURN_SEPARATOR)
-                            turn.spoke = True
-                            said.append(text)
-                            yield TextDelta(text=text)
-                except Exception as exc:  # noqa: BLE001 - every provider failure becomes an EngineError
-                    raise classify_error(exc, model=model, base_url=base_url, run_id=ctx.run_id) from exc
-                _add_usage(usage, turn.usage)
-                stop_reason = turn.stop_reason
-                tool_uses = [b for b in turn.blocks if b.type == "tool_use"]
-                if stop_reason != "tool_use" or not tool_uses:
-                    break
-                if steps >= max_steps:
-                    note = f"[Stopped: the step limit of {max_steps} model requests was reached.]"
-                    if said:
-                        said.append(_TURN_SEPARATOR)
-                        yield TextDelta(text=_TURN_SEPARATOR)
-                    said.append(note)
-                    yield TextDelta(text=note)
-                    stop_reason = "step_limit"
-                    break
-                messages.append({"role": "assistant", "content": [b.to_param() for b in turn.blocks if b.to_param()]})
-                results = []
-                for block in tool_uses:
-                    # A bad JSON document is passed on as a string: the runner refuses it readably.
-                    tool_input: Any = block.input if block.input_error is None else block.raw_json
-                    result = await ctx.tools.call(tool_call_id=block.id, name=block.name, input=tool_input)
-                    results.append({
-                        "type": "tool_result",
-                        "tool_use_id": block.id,
-                        "content": result.output or "(no output)",
-                        "is_error": bool(result.is_error),
-                    })
-                messages.append({"role": "user", "content": results})
-        finally:
-            await client.close()
+        while True:
+            steps += 1
+            turn = _Turn()
+            try:
+                async for event in _stream_request(client, {**params, "messages": messages}):
+                    text = turn.feed(event)
+                    if text:
+                        if not turn.spoke and said:
+                            said.append(_TURN_SEPARATOR)
+                            yield TextDelta(text=_TURN_SEPARATOR)
+                        turn.spoke = True
+                        said.append(text)
+                        yield TextDelta(text=text)
+            except Exception as exc:  # noqa: BLE001 - every provider failure becomes an EngineError
+                raise classify_error(exc, model=model, base_url=base_url, run_id=ctx.run_id) from exc
+            _add_usage(usage, turn.usage)
+            stop_reason = turn.stop_reason
+            tool_uses = [b for b in turn.blocks if b.type == "tool_use"]
+            if stop_reason != "tool_use" or not tool_uses:
+                break
+            if steps >= max_steps:
+                note = f"[Stopped: the step limit of {max_steps} model requests was reached.]"
+                if said:
+                    said.append(_TURN_SEPARATOR)
+                    yield TextDelta(text=_TURN_SEPARATOR)
+                said.append(note)
+                yield TextDelta(text=note)
+                stop_reason = "step_limit"
+                break
+            messages.append({"role": "assistant", "content": [b.to_param() for b in turn.blocks if b.to_param()]})
+            results = []
+            for block in tool_uses:
+                # A bad JSON document is passed on as a string: the runner refuses it readably.
+                tool_input: Any = block.input if block.input_error is None else block.raw_json
+                result = await ctx.tools.call(tool_call_id=block.id, name=block.name, input=tool_input)
+                results.append({
+                    "type": "tool_result",
+                    "tool_use_id": block.id,
+                    "content": result.output or "(no output)",
+                    "is_error": bool(result.is_error),
+                })
+            messages.append({"role": "user", "content": results})
         yield EngineResult(
             text="".join(said),
             usage=usage,
@@ -121,17 +119,36 @@ class ClaudeEngine(Engine):
         )
 
 
-def _make_client() -> anthropic.AsyncAnthropic:
+# One client (one connection pool, one TLS context) per configuration and event loop: building
+# a client costs milliseconds (TLS context, certificates) that would come before every first
+# token, and a pool per run would hold its connections for nothing.
+_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, anthropic.AsyncAnthropic]]" = (
+    weakref.WeakKeyDictionary())
+
+
+def shared_client() -> anthropic.AsyncAnthropic:
     key = settings.ANTHROPIC_API_KEY
-    auth = {"auth_token": key} if getattr(settings, "ANTHROPIC_AUTH_IS_BEARER", False) else {"api_key": key}
+    bearer = bool(getattr(settings, "ANTHROPIC_AUTH_IS_BEARER", False))
     timeout = float(getattr(settings, "ANTHROPIC_TIMEOUT", 120.0))
-    return anthropic.AsyncAnthropic(
-        **auth,
-        base_url=settings.ANTHROPIC_BASE_URL or None,
-        max_retries=int(getattr(settings, "ANTHROPIC_MAX_RETRIES", 2)),
-        # The SDK's per-read timeout; the overall deadline is enforced in _stream_request.
-        timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
-    )
+    retries = int(getattr(settings, "ANTHROPIC_MAX_RETRIES", 2))
+    pool = int(getattr(settings, "ANTHROPIC_MAX_CONNECTIONS", 2000))
+    config = (key, bearer, settings.ANTHROPIC_BASE_URL or None, timeout, retries, pool)
+    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get(config)
+    if client is None:
+        auth = {"auth_token": key} if bearer else {"api_key": key}
+        client = anthropic.AsyncAnthropic(
+            **auth,
+            base_url=config[2],
+            max_retries=retries,
+            # The SDK's per-read timeout; the overall deadline is enforced in _stream_request.
+            timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
+            # Sized for many concurrent streams (ANTHROPIC_MAX_CONNECTIONS): one per open stream.
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                limits=httpx2.Limits(max_connections=pool, max_keepalive_connections=min(pool, 200))),
+        )
+        clients[config] = client
+    return client
 
 
 class _RequestDeadline(Exception):
@@ -143,44 +160,27 @@ class _RequestDeadline(Exception):
 async def _stream_request(client: anthropic.AsyncAnthropic, params: dict[str, Any]) -> AsyncIterator[Any]:
     """Raw stream events of one request, under an overall ``ANTHROPIC_TIMEOUT`` deadline.
 
-    The request runs in its own task so the deadline cancels only the HTTP read, never whatever
-    the caller is doing with a yielded event (a timeout scope around a ``yield`` would).
+    The deadline scopes each wait for the next event, never the caller's handling of a yielded
+    one (a timeout scope around a ``yield`` would cancel whatever the caller does meanwhile).
     """
     seconds = float(getattr(settings, "ANTHROPIC_TIMEOUT", 120.0))
-    queue: asyncio.Queue = asyncio.Queue()
-    end = object()
-
-    async def produce() -> None:
-        try:
-            async with asyncio.timeout(seconds):
-                stream = await client.messages.create(**params, stream=True)
-                async with stream:
-                    async for event in stream:
-                        queue.put_nowait(event)
-            queue.put_nowait(end)
-        except TimeoutError:
-            queue.put_nowait(_RequestDeadline(seconds))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which classifies it
-            queue.put_nowait(exc)
-
-    task = asyncio.create_task(produce(), name="claude-request")
+    deadline = asyncio.get_running_loop().time() + seconds
     try:
+        async with asyncio.timeout_at(deadline):
+            stream = await client.messages.create(**params, stream=True)
+    except TimeoutError as exc:
+        raise _RequestDeadline(seconds) from exc
+    async with stream:
+        events = stream.__aiter__()
         while True:
-            item = await queue.get()
-            if item is end:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    event = await events.__anext__()
+            except StopAsyncIteration:
                 return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        if not task.done():
-            task.cancel()
-        try:
-            await task
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - already reported through the queue
-            pass
+            except TimeoutError as exc:
+                raise _RequestDeadline(seconds) from exc
+            yield event
 
 
 # --- one model response, accumulated from raw events -------------------------------------------

@@ -18,7 +18,7 @@ from contextlib import aclosing
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from asgiref.sync import markcoroutinefunction
+from asgiref.sync import SyncToAsync, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions as drf_exceptions
@@ -114,6 +114,7 @@ class AsyncApiView(APIView):
                             ping_interval=float(settings.SSE_PING_INTERVAL), on_abandon=on_abandon)
 
         async def body():
+            release_request_thread()  # the middleware is done with the response by now
             async with aclosing(frames):
                 async for batch in frames:
                     yield "".join(map(dialect.encode, batch))
@@ -148,6 +149,24 @@ class AsyncApiView(APIView):
             if handled.has_header(key):
                 response[key] = handled[key]
         return response
+
+
+def release_request_thread() -> None:
+    """Let the request's sync thread go for the length of a stream.
+
+    Django serves each ASGI request inside asgiref's ``ThreadSensitiveContext``, whose executor —
+    one thread, started for the ``request_started`` signal and used again by the middleware on the
+    response — lives until the response ends: for a stream, as long as the stream. Once the body
+    starts, nothing thread-sensitive runs until it ends, so the thread is released then; a call at
+    the very end (closing the response) gets a fresh one, which the context shuts down as usual.
+    """
+    try:
+        context = SyncToAsync.thread_sensitive_context.get()
+    except LookupError:
+        return
+    executor = SyncToAsync.context_to_thread_executor.pop(context, None)
+    if executor is not None:
+        executor.shutdown(wait=False)
 
 
 async def _cancel_quietly(*, user: Any, run_id: str) -> None:

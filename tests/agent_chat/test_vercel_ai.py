@@ -222,6 +222,9 @@ async def test_chat070_vercel_reconnect_to_run_events(chat, ai_sdk):
     await reader.rest()
     replay = await chat.events(reader.response["X-Run-Id"], query=VERCEL)
     await replay.rest()
-    assert _types(replay.raw) == [t for t in _types(reader.raw) if t != "data-conversation"]
+    def merged(types):  # how the text is cut into deltas depends on how fast it was read
+        return [t for i, t in enumerate(types) if not (t == "text-delta" and i and types[i - 1] == "text-delta")]
+
+    assert merged(_types(replay.raw)) == merged([t for t in _types(reader.raw) if t != "data-conversation"])
     result = parse_with_ai_sdk(ai_sdk, replay.raw)
     assert result["invalid"] == [] and result["errors"] == []

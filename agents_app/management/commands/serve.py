@@ -29,6 +29,11 @@ class Command(BaseCommand):
         if reaped:
             self.stdout.write(f"Ended {reaped} run(s) left unfinished by a stopped server.")
         settings.WORKSPACES_ROOT.mkdir(parents=True, exist_ok=True)
+        # The server opens connections per burst and closes them; this start-up one would stay
+        # open for the life of the process (and keep SQLite from releasing closed ones' files).
+        from django.db import connections
+
+        connections.close_all()
         from daphne.cli import CommandLineInterface
 
         self.stdout.write(f"Serving on http://{host}:{port}/ (HTTP + WebSocket, daphne)")
