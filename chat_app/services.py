@@ -23,8 +23,7 @@ from django.utils import timezone
 
 from agents_app.models import Agent
 from agents_app.router import route_run
-from agents_app.selectors import agent_get_for_run
-from agents_app.specs import agent_spec
+from agents_app.selectors import agent_for_run
 from core.doorbell import ring
 from core.errors import Conflict, ErrorCode, InvalidInput
 from core.events import RecordedEvent, RunEnded, RunError, RunStarted
@@ -92,27 +91,28 @@ def run_create(
         raise InvalidInput(f"input is longer than {MAX_INPUT_CHARS} characters.", code="input_too_long")
     conversation = conversation_get(user=user, conversation_id=conversation_id) if conversation_id else None
     role = agent_role or (conversation.agent.role if conversation and conversation.agent else None) or settings.DEFAULT_AGENT_ROLE
-    agent = agent_get_for_run(role=role)
+    agent, spec = agent_for_run(role=role)
     route = route_run(agent=agent, engine=engine, model=model)
     # Decided here, before anything is recorded or started: the only MCP servers a run opens.
     options = {**(options or {}), "mcp_servers": mcp_servers_for_run(
         user=user, agent=agent, requested=(options or {}).get("mcp_servers"))}
-    spec = agent_spec(agent)
     if history is None:
         history = _stored_history(conversation) if conversation is not None else []
     with transaction.atomic():
         created = conversation is None
         if created:
             conversation = conversation_create(user=user, title=title or input.strip().splitlines()[0][:80], agent=agent)
-        elif conversation.agent_id is None:
-            conversation.agent = agent
+        else:
+            # The conversation's activity time (and its agent, if it had none) move with the turn.
+            conversation.agent_id = conversation.agent_id or agent.pk
+            Conversation.objects.filter(pk=conversation.pk).update(agent_id=conversation.agent_id,
+                                                                   updated_at=timezone.now())
         run = Run.objects.create(
             conversation=conversation, agent=agent, engine=route.engine, provider=route.provider, model=route.model,
             route_note=route.note, status=Run.Status.RUNNING,
             lease_expires_at=timezone.now() + timedelta(seconds=float(settings.RUN_LEASE_SECONDS)),
         )
         message = Message.objects.create(conversation=conversation, run=run, role=Message.Role.USER, content=input)
-        conversation.save(update_fields=["agent", "updated_at"])
         run_id = str(run.id)
         started = RecordedEvent(run_id, 1, RunStarted(
             run_id=run_id, conversation_id=str(conversation.id), agent_role=agent.role, engine=route.engine,

@@ -1,8 +1,25 @@
 """Authentication: DRF tokens as ``Token <key>`` or ``Bearer <key>``, and the browser session."""
 from __future__ import annotations
 
+import copy
+import threading
+import time
+
+from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
+
+# token key -> (expires, user). Every streaming request authenticates; a token rarely changes.
+# Deleting a token or saving its user clears this at once in this process (orchestrator_site
+# apps wiring below); other processes honour a revocation within AUTH_TOKEN_CACHE_SECONDS.
+_TOKENS: dict[str, tuple[float, object]] = {}
+_TOKENS_LOCK = threading.Lock()
+_MAX_CACHED_TOKENS = 10_000
+
+
+def token_cache_clear(**_: object) -> None:
+    with _TOKENS_LOCK:
+        _TOKENS.clear()
 
 
 class BearerOrTokenAuthentication(TokenAuthentication):
@@ -21,3 +38,28 @@ class BearerOrTokenAuthentication(TokenAuthentication):
         except UnicodeError:
             raise exceptions.AuthenticationFailed("Invalid token header: the key has invalid characters.")
         return self.authenticate_credentials(key)
+
+    def authenticate_credentials(self, key):
+        ttl = float(getattr(settings, "AUTH_TOKEN_CACHE_SECONDS", 0) or 0)
+        hit = _TOKENS.get(key) if ttl > 0 else None
+        if hit is not None and hit[0] > time.monotonic():
+            # A copy per request: per-instance caches (permissions) must not leak between requests.
+            return copy.copy(hit[1]), key
+        user, token = super().authenticate_credentials(key)
+        if ttl > 0:
+            with _TOKENS_LOCK:
+                if len(_TOKENS) >= _MAX_CACHED_TOKENS:
+                    _TOKENS.clear()
+                _TOKENS[key] = (time.monotonic() + ttl, user)
+        return user, token
+
+
+def _connect_cache_invalidation() -> None:
+    from django.db.models.signals import post_delete, post_save
+
+    post_delete.connect(token_cache_clear, sender="authtoken.Token", dispatch_uid="token-cache-delete")
+    post_save.connect(token_cache_clear, sender="authtoken.Token", dispatch_uid="token-cache-save")
+    post_save.connect(token_cache_clear, sender=settings.AUTH_USER_MODEL, dispatch_uid="token-cache-user")
+
+
+_connect_cache_invalidation()

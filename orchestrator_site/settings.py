@@ -158,6 +158,12 @@ CORS_ALLOW_CREDENTIALS = True
 CORS_EXPOSE_HEADERS = ["x-vercel-ai-ui-message-stream", "x-run-id", "x-conversation-id"]
 CSRF_TRUSTED_ORIGINS = [o for o in CORS_ALLOWED_ORIGINS if o.startswith("http")]
 
+# Seconds a token's user / an agent's spec may be reused without a query. Changes made in this
+# process (deleting a token, saving a user or an agent) take effect at once; other processes see
+# them within this many seconds. 0 turns the caches off.
+AUTH_TOKEN_CACHE_SECONDS = env_float("AUTH_TOKEN_CACHE_SECONDS", 10.0)
+AGENT_CACHE_SECONDS = env_float("AGENT_CACHE_SECONDS", 5.0)
+
 # --- REST framework and OpenAPI -------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

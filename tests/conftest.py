@@ -44,6 +44,9 @@ def _isolated_settings(settings, tmp_path: Path):
     settings.CONFIRMATION_RECHECK_INTERVAL = 0.2
     settings.ANTHROPIC_API_KEY = ""
     settings.ANTHROPIC_BASE_URL = None
+    # Tests change agents and tokens with queryset updates (no signals): no reuse between requests.
+    settings.AUTH_TOKEN_CACHE_SECONDS = 0
+    settings.AGENT_CACHE_SECONDS = 0
     from agents_app import router
     from agents_app.engines.ollama import OLLAMA_PROBE
 

@@ -10,7 +10,10 @@ records anything, so a refused request leaves no run behind and starts nothing.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
+
+from django.conf import settings
 
 from core.errors import ApplicationError, InvalidInput
 
@@ -59,8 +62,7 @@ def mcp_servers_for_run(*, user: Any, agent: Any, requested: Any, allow_inline: 
             if entry.get("trusted"):
                 raise McpServerNotAllowed(f"MCP server {_entry_name(entry)}: only an admin's registered server can be trusted.")
 
-    links = {link.server.name: link for link in AgentMcpServer.objects.select_related("server")
-             .filter(agent=agent, server__enabled=True).order_by("server__name")}
+    links = _links_of(agent.pk)
     rows = [link.server for link in links.values() if link.always]
     for name in names:
         if name not in links:
@@ -86,6 +88,28 @@ def mcp_servers_for_run(*, user: Any, agent: Any, requested: Any, allow_inline: 
     for spec in own:
         _check_address(spec, inline=True)
     return registered + own
+
+
+# agent id -> (expires, {server name: link}). Every run asks; admins change these rarely, and any
+# save or delete of a server or link clears this at once in this process (tools_app/apps.py);
+# other processes see a change within AGENT_CACHE_SECONDS, like the agent's own settings.
+_LINKS: dict[Any, tuple[float, dict[str, AgentMcpServer]]] = {}
+
+
+def _links_of(agent_id: Any) -> dict[str, AgentMcpServer]:
+    ttl = float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0)
+    hit = _LINKS.get(agent_id) if ttl > 0 else None
+    if hit is not None and hit[0] > time.monotonic():
+        return hit[1]
+    links = {link.server.name: link for link in AgentMcpServer.objects.select_related("server")
+             .filter(agent_id=agent_id, server__enabled=True).order_by("server__name")}
+    if ttl > 0:
+        _LINKS[agent_id] = (time.monotonic() + ttl, links)
+    return links
+
+
+def mcp_links_cache_clear(**_: Any) -> None:
+    _LINKS.clear()
 
 
 def _parse_requested(requested: Any) -> tuple[list[str], list[dict[str, Any]]]:

@@ -160,27 +160,24 @@ class _RequestDeadline(Exception):
 async def _stream_request(client: anthropic.AsyncAnthropic, params: dict[str, Any]) -> AsyncIterator[Any]:
     """Raw stream events of one request, under an overall ``ANTHROPIC_TIMEOUT`` deadline.
 
-    The deadline scopes each wait for the next event, never the caller's handling of a yielded
-    one (a timeout scope around a ``yield`` would cancel whatever the caller does meanwhile).
+    Waiting for the response is bounded by the deadline; a stream that goes silent is ended by
+    the SDK's read timeout (the same number of seconds); one that keeps trickling past the
+    deadline is ended at its next event. No timeout scope wraps a ``yield`` (it would cancel
+    whatever the caller does meanwhile), and none is set per event (thousands a second).
     """
     seconds = float(getattr(settings, "ANTHROPIC_TIMEOUT", 120.0))
-    deadline = asyncio.get_running_loop().time() + seconds
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
     try:
         async with asyncio.timeout_at(deadline):
             stream = await client.messages.create(**params, stream=True)
     except TimeoutError as exc:
         raise _RequestDeadline(seconds) from exc
     async with stream:
-        events = stream.__aiter__()
-        while True:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    event = await events.__anext__()
-            except StopAsyncIteration:
-                return
-            except TimeoutError as exc:
-                raise _RequestDeadline(seconds) from exc
+        async for event in stream:
             yield event
+            if loop.time() > deadline:
+                raise _RequestDeadline(seconds)
 
 
 # --- one model response, accumulated from raw events -------------------------------------------
@@ -329,7 +326,9 @@ def classify_error(exc: BaseException, *, model: str, base_url: str, run_id: str
                    f"(ANTHROPIC_TIMEOUT).")
     elif isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException)):
         code = "provider_timeout"
-        message = f"The model provider at {base_url} stopped responding (read timed out)."
+        seconds = float(getattr(settings, "ANTHROPIC_TIMEOUT", 120.0))
+        message = (f"The model provider at {base_url} stopped responding: nothing for {seconds:g} s "
+                   f"(ANTHROPIC_TIMEOUT).")
     elif isinstance(exc, anthropic.APIConnectionError):
         code = "provider_unreachable"
         message = (f"Could not connect to the model provider at {base_url} ({_root_cause(exc)}). "

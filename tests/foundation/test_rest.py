@@ -147,3 +147,40 @@ def test_docs_served_without_cdn(client, agents):
     html = response.content.decode()
     assert "swagger-ui" in html
     assert "cdn." not in html and "unpkg" not in html and "jsdelivr" not in html
+
+
+def test_token_cache_revocation_takes_effect_at_once(settings, user, token):
+    """Cached token lookups (AUTH_TOKEN_CACHE_SECONDS) still honour a deleted token or a
+    deactivated user on the next request."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    settings.AUTH_TOKEN_CACHE_SECONDS = 60
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/v1/conversations").status_code == 200
+    assert client.get("/v1/conversations").status_code == 200  # from the cache
+    user.is_active = False
+    user.save()
+    assert client.get("/v1/conversations").status_code == 401
+    user.is_active = True
+    user.save()
+    assert client.get("/v1/conversations").status_code == 200
+    Token.objects.filter(key=token).get().delete()
+    assert client.get("/v1/conversations").status_code == 401
+
+
+def test_agent_cache_sees_an_admin_edit_and_a_claude_md_edit(settings, agents):
+    from agents_app.selectors import agent_for_run
+
+    settings.AGENT_CACHE_SECONDS = 60
+    agent = agents["coder"]
+    _, spec = agent_for_run(role="coder")
+    assert agent_for_run(role="coder")[1] is spec  # cached
+    agent.system_prompt = "You are edited."
+    agent.save()
+    _, edited = agent_for_run(role="coder")
+    assert edited.system_prompt.startswith("You are edited.")
+    agent.workspace_path.mkdir(parents=True, exist_ok=True)
+    (agent.workspace_path / "CLAUDE.md").write_text("Workspace rule one.")
+    assert "Workspace rule one." in agent_for_run(role="coder")[1].system_prompt
