@@ -45,16 +45,20 @@ def _work(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if connection.connection is not None and (connection.in_atomic_block or not connection.is_usable()):
             connection.close()
         raise
+    finally:
+        if getattr(connection, "pool", None) is not None:
+            connection.close()  # back to the pool (PostgreSQL): nothing stays checked out between calls
 
 
 def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
     """Run blocking database work on the database pool, not on asgiref's one shared ORM thread,
     so concurrent requests do not queue behind each other.
 
-    The pool is small and fixed (``DB_THREADS``) and each of its threads keeps its connection
-    between calls: the thread pool *is* the connection pool. Opening and closing one per call
-    would cost more than the work (closing SQLite's last WAL connection checkpoints the log), and
-    no stream, idle or not, ever holds one. A connection left unusable by an error, or inside a
+    The pool is small and fixed (``DB_THREADS``). On SQLite each of its threads keeps its
+    connection between calls, so the thread pool *is* the connection pool (opening and closing
+    one per call would cost more than the work: closing SQLite's last WAL connection checkpoints
+    the log). On PostgreSQL each call checks a connection out of Django's psycopg pool and returns
+    it. Either way no stream, idle or not, ever holds one. A connection left unusable by an error, or inside a
     broken transaction, is closed. Context variables are not carried over (Django's connections
     are per thread; nothing here reads request context), which keeps a call cheap.
     """
@@ -97,19 +101,30 @@ _INSERT_SQL: str | None = None
 
 
 def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
-    """One ``executemany`` for a batch of events (call inside a transaction, in a worker thread)."""
+    """One statement for a batch of events (call inside a transaction, in a worker thread).
+
+    PostgreSQL gets one ``INSERT … SELECT unnest(arrays)`` (one round trip for the batch);
+    SQLite, in process, one ``executemany``.
+    """
     global _INSERT_SQL
+    events = list(events)
+    if not events:
+        return
+    postgres = connection.vendor == "postgresql"
     if _INSERT_SQL is None:
         table = connection.ops.quote_name(RunEvent._meta.db_table)
-        cast = "::jsonb" if connection.vendor == "postgresql" else ""
-        _INSERT_SQL = (f"INSERT INTO {table} (run_id, seq, event, at, payload) "
-                       f"VALUES (%s, %s, %s, %s, %s{cast})")
+        _INSERT_SQL = (
+            f"INSERT INTO {table} (run_id, seq, event, at, payload) "
+            + ("SELECT %s, s, e, a, p::jsonb FROM unnest(%s::int[], %s::text[], %s::timestamptz[], %s::text[]) "
+               "AS t(s, e, a, p)" if postgres else "VALUES (%s, %s, %s, %s, %s)"))
     run_key = RunEvent._meta.get_field("run").get_db_prep_value(run_id, connection)
-    at = _sqlite_time if connection.vendor == "sqlite" else _aware_time
-    rows = [(run_key, e.seq, e.event, at(e.ts), e.payload_json) for e in events]
-    if rows:
-        with connection.cursor() as cursor:
-            cursor.executemany(_INSERT_SQL, rows)
+    with connection.cursor() as cursor:
+        if postgres:
+            cursor.execute(_INSERT_SQL, [run_key, [e.seq for e in events], [e.event for e in events],
+                                         [_aware_time(e.ts) for e in events], [e.payload_json for e in events]])
+        else:
+            cursor.executemany(_INSERT_SQL, [(run_key, e.seq, e.event, _sqlite_time(e.ts), e.payload_json)
+                                             for e in events])
 
 
 def _write_batch(run_id: str, events: list[RecordedEvent]) -> None:
