@@ -256,3 +256,21 @@ async def test_acp_failed_run_is_an_error_answer(acp_setup):
         assert failed.value.data["errorCode"] == "mock_failure"
         # Still serving.
         assert (await conn.prompt(session_id=session_id, prompt=[acp.text_block("ok")])).stop_reason == "end_turn"
+
+
+async def test_acp_prompt_refusal_stop_reason(acp_setup, with_claude):
+    with_claude.script(text_reply("I can't help with that.", stop_reason="refusal"))
+    async with acp_agent(acp_setup, "--agent", CLAUDE_AGENT) as (conn, _client):
+        _, session_id = await _start(conn)
+        response = await conn.prompt(session_id=session_id, prompt=[acp.text_block("something bad")])
+    assert response.stop_reason == "refusal"
+
+
+async def test_acp_ollama_step_limit_is_max_turn_requests(acp_setup, with_ollama):
+    acp_setup.query("UPDATE agents_app_agent SET max_steps = 1 WHERE role = 'orchestrator'")
+    with_ollama.script(action("look first", "use_tool", tool="read_file", args={"path": "x.txt"}))
+    async with acp_agent(acp_setup) as (conn, client):
+        _, session_id = await _start(conn)
+        response = await conn.prompt(session_id=session_id, prompt=[acp.text_block("do it")])
+    assert response.stop_reason == "max_turn_requests"
+    assert "MAX STEPS" in client.text()
