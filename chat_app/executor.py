@@ -221,7 +221,7 @@ async def _run_engine(launch: RunLaunch, live: LiveRun, doorbell: RunDoorbell) -
     try:
         tools = ToolRunner(run_id=launch.run_id, conversation_id=launch.conversation_id, agent=launch.agent,
                            emit=emit, doorbell=doorbell, extra_tools=extra_tools,
-                           config=options.get("tool_config") or {})
+                           config=options.get("tool_config") or {}, tool_allowlist=options.get("tool_allowlist"))
         ctx = EngineContext(
             run_id=launch.run_id, conversation_id=launch.conversation_id, agent=launch.agent, model=launch.model,
             user_input=launch.user_input, history=launch.history, tools=tools, session_id=launch.session_id,

@@ -67,6 +67,7 @@ def run_create(
     history: list[dict[str, str]] | None = None,
     options: dict[str, Any] | None = None,
     title: str | None = None,
+    allow_inline_mcp: bool = False,
 ) -> RunCreated:
     """Validate a chat turn, choose the engine, and record the run with one commit.
 
@@ -79,6 +80,8 @@ def run_create(
             conversation's stored messages are the history.
         options: engine options for this run only. ``mcp_servers`` is what the request asked
             for (names of registered servers); it is replaced by the full list the policy allows.
+        allow_inline_mcp: let ``mcp_servers`` carry inline specs (command/url) without the
+            permission: only for a caller that is the process owner (ACP over stdio), never HTTP.
 
     Raises:
         InvalidInput: empty or oversized input, unknown engine, a malformed ``mcp_servers``.
@@ -95,7 +98,8 @@ def run_create(
     route = route_run(agent=agent, engine=engine, model=model)
     # Decided here, before anything is recorded or started: the only MCP servers a run opens.
     options = {**(options or {}), "mcp_servers": mcp_servers_for_run(
-        user=user, agent=agent, requested=(options or {}).get("mcp_servers"))}
+        user=user, agent=agent, requested=(options or {}).get("mcp_servers"),
+        allow_inline=True if allow_inline_mcp else None)}
     if history is None:
         history = _stored_history(conversation) if conversation is not None else []
     with transaction.atomic():

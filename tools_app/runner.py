@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from asgiref.sync import sync_to_async
@@ -46,6 +47,7 @@ class ToolRunner:
         doorbell: "RunDoorbell | None" = None,
         extra_tools: dict[str, Tool] | None = None,
         config: dict[str, Any] | None = None,
+        tool_allowlist: list[str] | None = None,
     ):
         self.run_id = str(run_id)
         self.conversation_id = str(conversation_id)
@@ -54,20 +56,26 @@ class ToolRunner:
         self.doorbell = doorbell
         self.extra_tools = dict(extra_tools or {})
         self.config = dict(config or {})
+        # A run option (e.g. ACP's --allowed-tools): names or globs; None offers every agent tool.
+        self.tool_allowlist = None if tool_allowlist is None else tuple(tool_allowlist)
         registry = all_tools()
         self._builtin = {name: registry[name]() for name in (agent.allowed_tools or []) if name in registry}
 
     def for_agent(self, agent: "AgentSpec") -> "ToolRunner":
         """A runner for another agent of the same run (delegation): its own tools and approvals."""
         return ToolRunner(run_id=self.run_id, conversation_id=self.conversation_id, agent=agent, emit=self.emit,
-                          doorbell=self.doorbell, extra_tools=self.extra_tools, config=self.config)
+                          doorbell=self.doorbell, extra_tools=self.extra_tools, config=self.config,
+                          tool_allowlist=self.tool_allowlist)
 
     # --- what the model is offered -----------------------------------------------------------
     def names(self) -> list[str]:
-        return sorted({*self._builtin, *self.extra_tools})
+        return sorted(name for name in {*self._builtin, *self.extra_tools} if self._allowed(name))
 
     def get(self, name: str) -> Tool | None:
-        return self._builtin.get(name) or self.extra_tools.get(name)
+        return (self._builtin.get(name) or self.extra_tools.get(name)) if self._allowed(name) else None
+
+    def _allowed(self, name: str) -> bool:
+        return self.tool_allowlist is None or any(fnmatchcase(name, pattern) for pattern in self.tool_allowlist)
 
     def specs(self) -> list[dict[str, Any]]:
         return [self.get(name).spec() for name in self.names()]  # type: ignore[union-attr]
@@ -82,6 +90,12 @@ class ToolRunner:
     async def call(self, *, tool_call_id: str, name: str, input: dict[str, Any]) -> ToolResult:
         state = dict(tool_call_id=tool_call_id, name=name, input=input if isinstance(input, dict) else {"value": input})
         await self.emit(ToolCallState(status=ToolStatus.PENDING, **state))
+        if not self._allowed(name):
+            allowed = ", ".join(self.tool_allowlist or ()) or "none"
+            result = ToolResult(f"Tool {name!r} is not among this run's allowed tools ({allowed}); it was not run.",
+                                is_error=True)
+            await self._finish(state, ToolStatus.DENIED, result, error=f"not in the allowed tools ({allowed})")
+            return result
         tool = self.get(name)
         if tool is None:
             allowed = ", ".join(self.names()) or "none"

@@ -300,8 +300,9 @@ class OllamaEngine(Engine):
         events: list[dict[str, Any]] = []
         usage = {"input_tokens": 0, "output_tokens": 0}
 
-        def result(answer: str) -> EngineResult:
-            return EngineResult(text=answer, usage=usage, metadata={"events": events})
+        def result(answer: str, stop_reason: str | None = None) -> EngineResult:
+            extra = {"stopReason": stop_reason} if stop_reason else {}
+            return EngineResult(text=answer, usage=usage, metadata={"events": events, **extra})
 
         for step in range(max(1, int(ctx.agent.max_steps or 10))):
             messages = [{"role": "system", "content": current.prompt}]
@@ -379,7 +380,7 @@ class OllamaEngine(Engine):
                                  "Please provide a 'final' answer.")
 
         yield TextDelta(text=MAX_STEPS_ANSWER, agent=current.role)
-        yield result(MAX_STEPS_ANSWER)
+        yield result(MAX_STEPS_ANSWER, stop_reason="step_limit")  # as the Claude engine reports it
 
     async def _actor(self, ctx: EngineContext, actors: dict[str, _Actor], role: str) -> _Actor | None:
         """The delegate for ``role``: an enabled agent with its own prompt, tools and approvals."""

@@ -4,6 +4,8 @@
 - ``vercel_ai``: the AI SDK UI message stream (``?format=vercel-ai``);
 - ``chat_stream``: seed-000 objects (``POST /api/v1/chat/stream`` SSE and ``/ws/chat``);
 - ``message_stream``: seed-003 named SSE events (``POST /conversations/:id/messages/stream``).
+- ``acp``: ACP over stdio (``manage.py acp``); imported by that command only, so HTTP never loads
+  the ``acp`` package (``acp_stdio.py`` holds the line filter in front of it).
 
 ``base.stream_run`` drives any of them over a run; the HTTP views are in ``chat_app/api``.
 """
