@@ -46,8 +46,8 @@ def _work(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             connection.close()
         raise
     finally:
-        if getattr(connection, "pool", None) is not None:
-            connection.close()  # back to the pool (PostgreSQL): nothing stays checked out between calls
+        if connection.vendor != "sqlite":
+            connection.close()  # a server database: no session stays open between calls
 
 
 def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,8 +57,8 @@ def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
     The pool is small and fixed (``DB_THREADS``). On SQLite each of its threads keeps its
     connection between calls, so the thread pool *is* the connection pool (opening and closing
     one per call would cost more than the work: closing SQLite's last WAL connection checkpoints
-    the log). On PostgreSQL each call checks a connection out of Django's psycopg pool and returns
-    it. Either way no stream, idle or not, ever holds one. A connection left unusable by an error, or inside a
+    the log). On a database server (PostgreSQL) each call closes its connection: nothing stays
+    open, or in a transaction, between calls. Either way no stream, idle or not, holds one. A connection left unusable by an error, or inside a
     broken transaction, is closed. Context variables are not carried over (Django's connections
     are per thread; nothing here reads request context), which keeps a call cheap.
     """

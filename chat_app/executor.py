@@ -144,7 +144,8 @@ class InProcessExecutor:
             logger.exception("recording the end of run %s failed", launch.run_id)
             live.done = True
             live.publish(live.make(final[-1]), persist=False)
-        await doorbell.stop()  # after the end is out: a slow channel layer must not delay it
+        finally:
+            await doorbell.stop()  # after the end is out (a slow channel layer must not delay it), always
         loop = asyncio.get_running_loop()
         loop.call_later(LINGER_SECONDS, lambda: self.live.pop(launch.run_id, None)
                         if self.live.get(launch.run_id) is live else None)

@@ -113,14 +113,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Django's psycopg pool: closing a connection returns it to the pool (reset), so a burst's
-    # connection costs a checkout, not a new server session. DB_POOL_SIZE bounds it.
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 2, "max_size": env_int("DB_POOL_SIZE", 20), "timeout": 10}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-# Threads (each with its own connection) that do the database work of runs and streaming
-# requests: the process's connection pool. Streams never hold one.
+# Threads that do the database work of runs and streaming requests (on SQLite each keeps its
+# connection: the process's connection pool). Streams never hold one.
 DB_THREADS = env_int("DB_THREADS", 8)
 
 # --- Channels -------------------------------------------------------------------------------

@@ -52,6 +52,11 @@ def _isolated_settings(settings, tmp_path: Path):
 
     router._warned.clear()
     OLLAMA_PROBE.clear()
+    # Each test runs on its own event loop: a channel layer (channels-redis keeps receive locks
+    # and connection pools per loop) must not carry state from the previous test's loop.
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
     yield settings
 
 
