@@ -160,3 +160,30 @@ def merged_content_deltas(events: list[dict]) -> list[dict]:
         else:
             out.append(dict(event))
     return out
+
+
+# Never inherited from the developer's shell by a server or command a test starts: tests choose
+# their provider, database and workspaces explicitly.
+SUBPROCESS_SCRUBBED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL",
+                       "REDIS_URL", "OLLAMA_URL", "OLLAMA_MODEL", "DEFAULT_AGENT_ENGINE", "DEFAULT_AGENT_ROLE",
+                       "DJANGO_SETTINGS_MODULE", "DATABASE_URL", "WORKSPACES_ROOT")
+
+
+def subprocess_env(*, database: Path, workspaces: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a project process a test starts (daphne, ``manage.py acp``): a SQLite
+    file, its own workspaces, fast re-checks, logs on; ``extra`` last."""
+    import os
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in SUBPROCESS_SCRUBBED}
+    env.update({
+        "DJANGO_SETTINGS_MODULE": "orchestrator_site.settings",
+        "DATABASE_URL": f"sqlite:///{database}",
+        "WORKSPACES_ROOT": str(workspaces),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH", "")])),
+        "PYTHONUNBUFFERED": "1",
+        "LOG_LEVEL": "INFO",
+        "CONFIRMATION_RECHECK_INTERVAL": "0.2",
+    })
+    env.update(extra or {})
+    return env

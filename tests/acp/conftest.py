@@ -23,29 +23,16 @@ import acp
 import pytest
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
+from tests.conftest import subprocess_env
+
 REPO = Path(__file__).resolve().parents[2]
 MANAGE = str(REPO / "manage.py")
-# Never inherited from the developer's shell: tests choose their provider explicitly.
-_SCRUBBED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "REDIS_URL",
-             "OLLAMA_URL", "OLLAMA_MODEL", "DEFAULT_AGENT_ENGINE", "DJANGO_SETTINGS_MODULE", "DATABASE_URL",
-             "WORKSPACES_ROOT", "DEFAULT_AGENT_ROLE")
 CLAUDE_AGENT = "dev_efficiency_analyst"  # engine claude: mock without a key, the fake server with one
 
 
 def base_env(database: Path, workspaces: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "orchestrator_site.settings",
-        "DATABASE_URL": f"sqlite:///{database}",
-        "WORKSPACES_ROOT": str(workspaces),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])),
-        "PYTHONUNBUFFERED": "1",
-        "LOG_LEVEL": "INFO",
-        "CONFIRMATION_RECHECK_INTERVAL": "0.2",
-        "RUN_EVENT_FLUSH_INTERVAL": "0.05",
-    })
-    env.update(extra or {})
-    return env
+    return subprocess_env(database=database, workspaces=workspaces,
+                          extra={"RUN_EVENT_FLUSH_INTERVAL": "0.05", **(extra or {})})
 
 
 @pytest.fixture(scope="session")

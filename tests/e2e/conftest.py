@@ -42,12 +42,11 @@ from typing import Callable, Iterator
 import pytest
 import requests
 
+from tests.conftest import subprocess_env
+
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = float(os.environ.get("E2E_START_TIMEOUT", "30"))
 
-# Never inherited from the developer's shell: tests choose their provider explicitly.
-_SCRUBBED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "REDIS_URL",
-             "OLLAMA_URL", "DEFAULT_AGENT_ENGINE", "DJANGO_SETTINGS_MODULE", "DATABASE_URL", "WORKSPACES_ROOT")
 
 
 @dataclass
@@ -71,19 +70,8 @@ class LiveServer:
 
 
 def _base_env(*, database: Path, workspaces: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "orchestrator_site.settings",
-        "DATABASE_URL": f"sqlite:///{database}",
-        "WORKSPACES_ROOT": str(workspaces),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])),
-        "PYTHONUNBUFFERED": "1",
-        "LOG_LEVEL": "INFO",
-        "SSE_PING_INTERVAL": "15",
-        "CONFIRMATION_RECHECK_INTERVAL": "0.2",
-    })
-    env.update(extra or {})
-    return env
+    return subprocess_env(database=database, workspaces=workspaces,
+                          extra={"SSE_PING_INTERVAL": "15", **(extra or {})})
 
 
 def _manage(*args: str, env: dict[str, str]) -> str:
