@@ -98,6 +98,39 @@ def tool_confirmation_decide(*, user: Any, confirmation_id: str, approved: bool,
     return confirmation
 
 
+def tool_confirmation_admin_decide(*, admin: Any, confirmation_id: Any, approved: bool,
+                                   reason: str = "") -> ToolConfirmation:
+    """A decision from the admin console, on any user's confirmation.
+
+    The same first-decision-wins update and the same wake-up of the waiting run (wherever it
+    executes) as :func:`tool_confirmation_decide`; recorded as decided by the admin. No rule is
+    remembered from here (admins add rules in the rule admin).
+
+    Raises:
+        Forbidden: the user is not active staff with ``tools_app.change_toolconfirmation``.
+        NotFound: unknown id.
+        Conflict: ``confirmation_expired`` / ``confirmation_already_decided``, as for the owner.
+    """
+    if not (admin and admin.is_active and admin.is_staff and admin.has_perm("tools_app.change_toolconfirmation")):
+        raise Forbidden("Only staff who may change tool confirmations decide them from the admin.")
+    confirmation = (ToolConfirmation.objects.select_related("run__conversation").filter(id=confirmation_id).first()
+                    if _is_uuid(str(confirmation_id)) else None)
+    if confirmation is None:
+        raise NotFound("Tool confirmation not found.", code="confirmation_not_found")
+    _expire_if_stale(confirmation)
+    status = ToolConfirmation.Status.APPROVED if approved else ToolConfirmation.Status.DENIED
+    with transaction.atomic():
+        if not ToolConfirmation.objects.filter(id=confirmation.id, status=ToolConfirmation.Status.PENDING).update(
+                status=status, decided_by=admin, decided_at=timezone.now(), reason=(reason or "")[:2000]):
+            confirmation.refresh_from_db()
+            raise Conflict(f"Tool confirmation was already {confirmation.status}.",
+                           code="confirmation_already_decided", extra={"status": confirmation.status})
+        run_id, key = str(confirmation.run_id), str(confirmation.id)
+        transaction.on_commit(lambda: _ring_sync(run_id, key))
+    confirmation.refresh_from_db()
+    return confirmation
+
+
 def _expire_if_stale(confirmation: ToolConfirmation) -> None:
     """Nobody approves a ghost: a confirmation past its deadline, or whose run ended or executes
     nowhere any more (lease expired: its server stopped), becomes ``expired`` and says so."""

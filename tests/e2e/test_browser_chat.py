@@ -82,7 +82,7 @@ def _send(page, text: str) -> None:
 def _wait_idle(page) -> None:
     """The current run ended: Send is back and no turn is busy."""
     page.wait_for_selector("#send:not([hidden])")
-    page.wait_for_function("!document.querySelector('.turn.assistant[aria-busy=true]')")
+    page.wait_for_function("() => !document.querySelector('.turn.assistant[aria-busy=true]')")
 
 
 def _last_reply(page):
@@ -106,9 +106,9 @@ def test_browser_reply_streams_as_markdown_with_highlighted_code(page):
     page.fill("#input", "Here is **bold** text and a list:")
     # Shift+Enter breaks the line; Enter sends.
     page.press("#input", "Shift+Enter")
-    page.keyboard.type("- 第一项 one\n")
+    page.keyboard.type("- 第一项 one")
     page.evaluate("""() => { const t = document.querySelector('#input');
-        t.value += "\\n```python\\ndef greet(name):\\n    return f'hello {name}'  # 你好\\n```"; }""")
+        t.value += "\\n\\n```python\\ndef greet(name):\\n    return f'hello {name}'  # 你好\\n```"; }""")
     assert "\n" in page.input_value("#input")
     page.press("#input", "Enter")
     reply = _last_reply(page)
@@ -122,7 +122,7 @@ def test_browser_reply_streams_as_markdown_with_highlighted_code(page):
     assert reply.locator(".code-head .code-lang").inner_text() == "python"
     assert reply.locator(".copy-code").is_visible()
     # The footer shows tokens and cost.
-    page.wait_for_function("document.querySelector('.turn.assistant:last-child .meta').textContent.includes('$')")
+    page.wait_for_function("() => document.querySelector('.turn.assistant:last-child .meta').textContent.includes('$')")
     meta = reply.locator(".meta").inner_text()
     assert "tokens" in meta and "$0.0000" in meta
     # The new conversation shows in the sidebar, titled from the first message.
@@ -138,15 +138,15 @@ def test_browser_hostile_reply_runs_nothing(page, daphne_server):
     reply = _last_reply(page)
     reply.locator(".markdown").first.wait_for()
     _wait_idle(page)
-    assert page.evaluate("window.__pwned") is None
+    assert page.evaluate("() => window.__pwned") is None
     html = reply.locator(".markdown").first.inner_html()
     assert "onerror" not in html and "<script" not in html and "onload" not in html and "onclick" not in html
     assert "javascript:" not in html and "<iframe" not in html
     # Even markup that escaped a sanitizer could not run: the page's CSP forbids inline script.
     page.evaluate("""() => { const d = document.createElement('div');
         d.innerHTML = '<img src=x onerror="window.__pwned=7">'; document.body.append(d); }""")
-    page.wait_for_function("[...document.querySelectorAll('img')].some(i => i.complete)")
-    assert page.evaluate("window.__pwned") is None
+    page.wait_for_function("() => [...document.querySelectorAll('img')].some(i => i.complete)")
+    assert page.evaluate("() => window.__pwned") is None
     response = page.request.get(daphne_server.url + "/")
     policy = response.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "object-src 'none'" in policy
@@ -216,7 +216,7 @@ def test_browser_rename_search_and_delete_conversations(page, daphne_server):
     page.wait_for_selector("#conversations .conv-title:text-is('香蕉 notes')")
     # Search by content (the title no longer says bananas) and by title.
     page.fill("#search", "breakfast")
-    page.wait_for_function("document.querySelectorAll('#conversations li').length === 1")
+    page.wait_for_function("() => document.querySelectorAll('#conversations li').length === 1")
     assert page.locator("#conversations .conv-title").inner_text() == "香蕉 notes"
     page.fill("#search", "apples")
     page.wait_for_selector("#conversations .conv-title:text-is('apples and pears')")
@@ -225,7 +225,7 @@ def test_browser_rename_search_and_delete_conversations(page, daphne_server):
     page.wait_for_selector("#conversations .conv-title:text-is('香蕉 notes')")
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator("#conversations li", has_text="香蕉 notes").locator(".delete").click()
-    page.wait_for_function("![...document.querySelectorAll('#conversations .conv-title')].some(e => e.textContent === '香蕉 notes')")
+    page.wait_for_function("() => ![...document.querySelectorAll('#conversations .conv-title')].some(e => e.textContent === '香蕉 notes')")
     titles = [c["title"] for c in _api(daphne_server, "GET", "/v1/conversations").json()]
     assert "香蕉 notes" not in titles and "apples and pears" in titles
     assert page.locator(".turn").count() == 0  # the open conversation was the deleted one
@@ -330,7 +330,7 @@ def test_browser_reconnects_after_a_cut_and_shows_no_duplicates(page, daphne_ser
     page.unroute("**/v1/agent/chat")
     assert _last_reply(page).locator(".markdown").inner_text().strip() == f"Mock reply from coder: {text}"
     assert resumed and resumed[0].isdigit() and int(resumed[0]) >= 2
-    assert any("reconnecting" in t.lower() for t in page.evaluate("window.__connTexts"))
+    assert any("reconnecting" in t.lower() for t in page.evaluate("() => window.__connTexts"))
     assert page.locator("#conn").is_hidden()
 
 
@@ -352,7 +352,7 @@ def test_browser_timeline_view(page, daphne_server):
     assert dialog.locator(".step", has_text="agent.end").count() == 1
     _shot(page, "timeline")
     page.keyboard.press("Escape")
-    page.wait_for_function("!document.querySelector('#timeline-dialog').open")
+    page.wait_for_function("() => !document.querySelector('#timeline-dialog').open")
 
 
 # --- themes, phone, accessibility ----------------------------------------------------------------------
@@ -362,17 +362,17 @@ def test_browser_dark_mode_follows_the_system_and_the_toggle(browser, daphne_ser
     page = context.new_page()
     page.set_default_timeout(15_000)
     _login(page, daphne_server)
-    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(21, 23, 28)"  # the dark palette, from the system preference
     page.select_option("#agent", "coder")
     _send(page, "Dark mode check: `inline code` and\n```js\nconst answer = 42; // 答案\n```")
     _wait_idle(page)
     _shot(page, "dark")
     page.click("#theme-toggle")  # the toggle wins over the system, and is remembered
-    assert page.evaluate("document.documentElement.dataset.theme") == "light"
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "light"
     page.reload()
     page.wait_for_selector("#composer")
-    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(247, 247, 248)"
+    assert page.evaluate("() => getComputedStyle(document.body).backgroundColor") == "rgb(247, 247, 248)"
     context.close()
 
 
@@ -386,7 +386,7 @@ def test_browser_phone_layout(browser, daphne_server):
     page.select_option("#agent", "coder")
     _send(page, WRITE % ("phone.txt", "from a phone"))
     _awaiting_card(page)
-    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
     buttons = page.locator(".tool-card .buttons button")
     for i in range(buttons.count()):
         box = buttons.nth(i).bounding_box()
@@ -396,7 +396,7 @@ def test_browser_phone_layout(browser, daphne_server):
     _wait_idle(page)
     page.click("#menu")
     assert page.get_attribute("#menu", "aria-expanded") == "true"
-    page.wait_for_function("document.querySelector('#sidebar').getBoundingClientRect().x >= 0")
+    page.wait_for_function("() => document.querySelector('#sidebar').getBoundingClientRect().x >= 0")
     assert page.locator("#conversations li").count() >= 1
     page.keyboard.press("Escape")
     assert page.get_attribute("#menu", "aria-expanded") == "false"
@@ -413,7 +413,7 @@ def test_browser_accessibility_basics(page):
     assert page.get_attribute("#status", "aria-live") == "polite"
     # Focus order: the skip link first, and it leads to the message box.
     page.keyboard.press("Tab")
-    assert page.evaluate("document.activeElement.className") == "skip"
+    assert page.evaluate("() => document.activeElement.className") == "skip"
     page.keyboard.press("Enter")
     page.keyboard.type("typed after skipping")
     assert page.input_value("#input") == "typed after skipping"
@@ -444,7 +444,7 @@ def test_admin_shows_claude_md_beside_the_prompt(browser, daphne_server):
     prompt_box = page.locator("textarea[name=system_prompt]").bounding_box()
     preview_box = preview.bounding_box()
     assert preview_box["x"] > prompt_box["x"] + prompt_box["width"] - 1  # beside, not below
-    assert "monospace" in page.evaluate("getComputedStyle(document.querySelector('textarea[name=system_prompt]')).fontFamily")
+    assert "monospace" in page.evaluate("() => getComputedStyle(document.querySelector('textarea[name=system_prompt]')).fontFamily")
     _shot(page, "admin-agent")
     page.close()
 

@@ -21,8 +21,12 @@
   const PURIFY = {
     USE_PROFILES: { html: true },
     FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option", "iframe", "object", "embed", "svg", "math"],
-    FORBID_ATTR: ["style", "class", "id", "name"],
+    FORBID_ATTR: ["style", "id", "name"],
   };
+  // Model output may not borrow the page's classes; only a fence's `language-x` survives.
+  DOMPurify.addHook("uponSanitizeAttribute", (node, data) => {
+    if (data.attrName === "class" && !(node.tagName === "CODE" && /^language-[\w+#-]+$/.test(data.attrValue))) data.keepAttr = false;
+  });
   DOMPurify.addHook("afterSanitizeAttributes", (node) => {
     if (node.tagName === "A") { node.setAttribute("target", "_blank"); node.setAttribute("rel", "noopener noreferrer nofollow"); }
   });
@@ -383,7 +387,7 @@
       el("span", { class: "conv-when muted small", text: relativeTime(c.updatedAt) }));
     link.addEventListener("click", (e) => { e.preventDefault(); openConversation(c.id); closeSidebar(); });
     const rename = el("button", { type: "button", class: "icon-btn rename", "aria-label": `Rename “${title}”`, title: "Rename" }, "✎");
-    const del = el("button", { type: "button", class: "icon-btn delete", "aria-label": `Delete “${title}”`, title: "Delete" }, "🗑");
+    const del = el("button", { type: "button", class: "icon-btn delete", "aria-label": `Delete “${title}”`, title: "Delete" }, "✕");
     const li = el("li", { class: "conv" + (c.id === S.conversationId ? " active" : "") }, link, el("span", { class: "conv-actions" }, rename, del));
     rename.addEventListener("click", () => startRename(li, c));
     del.addEventListener("click", () => deleteConversation(c));
