@@ -343,7 +343,7 @@ def test_browser_timeline_view(page, daphne_server):
     dialog = page.locator("#timeline-dialog")
     dialog.locator(".steps").wait_for()
     facts = dialog.locator(".facts").inner_text()
-    for label in ("Status", "Engine", "Provider", "Model", "Route", "Tokens", "Cost", "Duration"):
+    for label in ("Status", "Engine", "Provider", "Model", "Tokens", "Cost", "Duration"):
         assert label.lower() in facts.lower()
     assert "local" in facts and "mock-1" in facts and "$0.000000" in facts
     tool_step = dialog.locator(".step.tool")
@@ -443,9 +443,9 @@ def test_admin_shows_claude_md_beside_the_prompt(browser, daphne_server):
     assert "Metrics live in data/metrics.csv" in preview.inner_text()
     prompt_box = page.locator("textarea[name=system_prompt]").bounding_box()
     preview_box = preview.bounding_box()
+    _shot(page, "admin-agent")
     assert preview_box["x"] > prompt_box["x"] + prompt_box["width"] - 1  # beside, not below
     assert "monospace" in page.evaluate("() => getComputedStyle(document.querySelector('textarea[name=system_prompt]')).fontFamily")
-    _shot(page, "admin-agent")
     page.close()
 
 

@@ -486,13 +486,13 @@
     const u = t.usage || {};
     const facts = [
       ["Status", t.status], ["Engine", t.engine], ["Provider", t.provider || "—"], ["Model", t.model || "—"],
-      ["Route", t.routeNote || "—"],
       ["Tokens", `${u.input_tokens ?? 0} in · ${u.output_tokens ?? 0} out`],
       ["Cost", `$${Number(t.cost || 0).toFixed(6)}`],
       ["Duration", t.endedAt ? formatDuration(new Date(t.endedAt) - start) : "running"],
     ];
     const dl = el("dl", { class: "facts" });
     for (const [k, v] of facts) dl.append(el("div", {}, el("dt", { text: k }), el("dd", { text: String(v) })));
+    if (t.routeNote) dl.append(el("div", { class: "wide" }, el("dt", { text: "Route" }), el("dd", { text: t.routeNote })));
     if (t.error) dl.append(el("div", { class: "wide" }, el("dt", { text: "Error" }), el("dd", { text: t.error })));
     // Steps: consecutive deltas fold into one "text" step; a tool call's states fold into one row with its duration.
     const steps = []; const toolRows = new Map();
