@@ -303,6 +303,21 @@ def test_browser_approvals_page_resumes_a_run_streaming_in_another_tab(page, con
     other.close()
 
 
+def test_browser_reload_reattaches_to_a_waiting_run(page, daphne_server):
+    """A reload (or a link from /approvals) shows the run that is still going, with its card."""
+    page.select_option("#agent", "coder")
+    _send(page, WRITE % ("after-reload.txt", "still here") + "\nthen answer")
+    _awaiting_card(page)
+    page.reload()
+    card = _awaiting_card(page)
+    assert page.locator(".turn.user").count() == 1 and page.locator(".tool-card").count() == 1
+    card.locator("button.approve").click()
+    page.wait_for_selector(".tool-card[data-status=succeeded]")
+    _wait_idle(page)
+    assert page.locator(".tool-card").count() == 1  # replayed once, not twice
+    assert "Tool write_file ok" in _last_reply(page).inner_text()
+
+
 # --- reconnect and timeline ----------------------------------------------------------------------------
 
 def test_browser_reconnects_after_a_cut_and_shows_no_duplicates(page, daphne_server):

@@ -143,14 +143,19 @@
              usage: null, model: "", controller: new AbortController(), startedAt: performance.now(), stopping: false };
   }
 
+  // Deltas re-render their segment at most every 50 ms (a timer, not requestAnimationFrame,
+  // which a hidden tab never runs); the end of a run renders whatever is left at once.
   let renderQueued = new Set();
+  let renderTimer = null;
+  function flushRender() {
+    clearTimeout(renderTimer); renderTimer = null;
+    const segments = renderQueued; renderQueued = new Set();
+    for (const s of segments) renderMarkdown(s, s._text);
+    scrollToEnd();
+  }
   function queueRender(seg) {
     renderQueued.add(seg);
-    if (renderQueued.size === 1) requestAnimationFrame(() => {
-      for (const s of renderQueued) renderMarkdown(s, s._text);
-      renderQueued = new Set();
-      scrollToEnd();
-    });
+    if (renderTimer === null) renderTimer = setTimeout(flushRender, 50);
   }
 
   const TOOL_HANDLERS = { onDecided: () => {}, onError: () => {} };
@@ -183,9 +188,10 @@
       }
       case "agent.end":
         run.ended = true; run.usage = data.usage || {};
+        flushRender();
         if (data.status === "failed") addNotice(run.turn, "error", data.error || "The run failed.");
         else if (data.status === "cancelled") addNotice(run.turn, "stopped", "Stopped.");
-        if (!run.seg && !run.tools.size && data.status === "succeeded" && data.text) { run.seg = textSegment(run.turn); run.seg._text = data.text; queueRender(run.seg); }
+        if (!run.seg && !run.tools.size && data.status === "succeeded" && data.text) { run.seg = textSegment(run.turn); run.seg._text = data.text; renderMarkdown(run.seg, data.text); }
         setFooter(run.turn, { model: run.model, usage: run.usage, durationMs: performance.now() - run.startedAt });
         if (run.id) loadCost(run.turn, run.id, run.usage);
         announce(data.status === "succeeded" ? "The agent answered." : `Run ${data.status}.`);
@@ -283,11 +289,36 @@
     } catch (e) {
       if (!run.controller.signal.aborted) addNotice(run.turn, "error", e.message);
     } finally {
-      S.run = null;
-      setBusy(false);
-      refreshConversations();
-      window.Orchestrator.refreshPending();
+      runFinished(run);
     }
+  }
+
+  // A run that is still going when its conversation is opened (a reload, a link from
+  // /approvals): replay it from its first event, then follow it live.
+  async function attachRun(runId) {
+    const run = newRun();
+    run.id = runId; run.turn.dataset.runId = runId;
+    S.run = run;
+    setBusy(true);
+    try {
+      const res = await fetch(`/v1/agent/runs/${runId}/events`, {
+        credentials: "same-origin", signal: run.controller.signal, headers: { "Accept": "text/event-stream" },
+      });
+      if (!res.ok) throw new Error(`Could not follow the run (HTTP ${res.status}).`);
+      await followRun(run, res);
+    } catch (e) {
+      if (!run.controller.signal.aborted) addNotice(run.turn, "error", e.message);
+    } finally {
+      runFinished(run);
+    }
+  }
+
+  function runFinished(run) {
+    if (S.run !== run) return; // the person moved to another conversation meanwhile
+    S.run = null;
+    setBusy(false);
+    refreshConversations();
+    window.Orchestrator.refreshPending();
   }
 
   function setBusy(busy) {
@@ -439,12 +470,21 @@
     } catch (e) { announce(`Could not open the conversation: ${e.message}`); return; }
     S.conversationId = conv.id; S.editing = false; $("#editing").hidden = true;
     if (conv.agentRole && [...$("#agent").options].some((o) => o.value === conv.agentRole)) { $("#agent").value = conv.agentRole; describeAgent(); }
+    // Is the last turn still being answered? Then it is replayed live instead of from history.
+    const lastUser = [...msgs].reverse().find((m) => m.role === "user" && !(m.metadata || {}).superseded);
+    let liveRunId = null;
+    if (lastUser && lastUser.runId && !msgs.some((m) => m.role === "assistant" && m.runId === lastUser.runId)) {
+      const t = await api("GET", `/v1/agent/runs/${lastUser.runId}/timeline`).catch(() => null);
+      if (t && (t.status === "running" || t.status === "queued")) liveRunId = lastUser.runId;
+    }
+    if (S.conversationId !== conv.id) return; // another conversation was opened meanwhile
     const empty = $("#empty-state");
     messages().replaceChildren(empty);
     let turn = null, turnRun = null;
     for (const m of msgs) {
       const md = m.metadata || {};
       if (md.superseded) continue;
+      if (liveRunId && m.runId === liveRunId && m.role !== "user") continue;
       if (m.role === "user") { addUserTurn(m.content, m.id); turn = null; continue; }
       if (m.role !== "assistant" && m.role !== "tool") continue;
       if (!turn || turnRun !== m.runId) { turn = addAssistantTurn(m.runId); turnRun = m.runId; }
@@ -463,6 +503,7 @@
     refreshTurnActions();
     syncUrl(); refreshConversations();
     messages().scrollTop = messages().scrollHeight;
+    if (liveRunId) attachRun(liveRunId);
   }
 
   function relativeTime(iso) {
