@@ -13,7 +13,8 @@ from core.doorbell import ring
 from core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
 from .models import ToolConfirmation, ToolRule
-from .permissions import can_change_tool_rule, can_decide_confirmation, can_make_agent_rules
+from .permissions import (can_change_tool_rule, can_decide_any_confirmation, can_decide_confirmation,
+                          can_make_agent_rules)
 from .policy import Effect, policy_evaluate, rule_matches, rule_problems
 from .selectors import tool_confirmations_still_waiting, tool_rules_for_call
 
@@ -111,7 +112,7 @@ def tool_confirmation_admin_decide(*, admin: Any, confirmation_id: Any, approved
         NotFound: unknown id.
         Conflict: ``confirmation_expired`` / ``confirmation_already_decided``, as for the owner.
     """
-    if not (admin and admin.is_active and admin.is_staff and admin.has_perm("tools_app.change_toolconfirmation")):
+    if not can_decide_any_confirmation(user=admin):
         raise Forbidden("Only staff who may change tool confirmations decide them from the admin.")
     confirmation = (ToolConfirmation.objects.select_related("run__conversation").filter(id=confirmation_id).first()
                     if _is_uuid(str(confirmation_id)) else None)

@@ -316,6 +316,11 @@ def test_browser_reload_reattaches_to_a_waiting_run(page, daphne_server):
     _wait_idle(page)
     assert page.locator(".tool-card").count() == 1  # replayed once, not twice
     assert "Tool write_file ok" in _last_reply(page).inner_text()
+    # From history, the card still shows its duration (read from the run's timeline) and the footer its cost.
+    page.reload()
+    page.wait_for_selector(".tool-card[data-status=succeeded] .duration:not(:empty)")
+    assert re.search(r"\d+(\.\d+)? (ms|s)", page.locator(".tool-card .duration").inner_text())
+    page.wait_for_function("() => document.querySelector('.turn.assistant .meta').textContent.includes('$')")
 
 
 # --- reconnect and timeline ----------------------------------------------------------------------------

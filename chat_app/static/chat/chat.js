@@ -121,6 +121,18 @@
       const t = await api("GET", `/v1/agent/runs/${runId}/timeline`);
       const ms = t.endedAt ? new Date(t.endedAt) - new Date(t.startedAt) : null;
       setFooter(turn, { model: t.model, usage: Object.keys(t.usage || {}).length ? t.usage : usage, cost: t.cost, durationMs: ms });
+      // Tool durations from the recorded timeline (first state to final state), for cards
+      // rebuilt from history and to replace the page's own estimate.
+      const spans = new Map();
+      for (const ev of t.events) {
+        if (ev.event !== "tool.state") continue;
+        const id = (ev.payload || {}).toolCallId; const at = new Date(ev.at).getTime();
+        const span = spans.get(id) || { from: at, to: at }; span.to = at; spans.set(id, span);
+      }
+      for (const card of turn.querySelectorAll(".tool-card")) {
+        const span = spans.get(card.dataset.toolCallId);
+        if (span && window.Orchestrator.TERMINAL.has(card.dataset.status)) card.querySelector(".duration").textContent = formatDuration(span.to - span.from);
+      }
     } catch (_) { /* the footer is informative only */ }
   }
 
