@@ -164,6 +164,9 @@ def test_browser_stop_cancels_mid_answer(page, daphne_server):
     _wait_idle(page)
     run_id = reply.get_attribute("data-run-id")
     assert _api(daphne_server, "GET", f"/v1/agent/runs/{run_id}/timeline").json()["status"] == "cancelled"
+    # Reopened later, the stopped turn still says so.
+    page.reload()
+    page.locator(".turn.assistant .notice.stopped").wait_for()
     # Esc stops too.
     _send(page, "/drip 60 0.1\nanother long answer that Esc will stop before it is done")
     _last_reply(page).locator(".markdown").first.wait_for()

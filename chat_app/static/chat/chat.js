@@ -76,7 +76,7 @@
     return turn;
   }
 
-  function addAssistantTurn(runId) {
+  function addAssistantTurn(runId, after) {
     hideEmptyState();
     const turn = el("article", { class: "turn assistant", "aria-label": "Agent", "data-run-id": runId || "" },
       el("div", { class: "avatar", "aria-hidden": "true", text: "✦" }),
@@ -90,7 +90,7 @@
           el("button", { type: "button", class: "link regenerate", onclick: () => regenerate() }, "Regenerate"))));
     $(".copy-reply", turn).addEventListener("click", (e) => copyText(turnText(turn), e.currentTarget));
     $(".open-timeline", turn).addEventListener("click", () => openTimeline(turn.dataset.runId));
-    messages().append(turn);
+    if (after) after.after(turn); else messages().append(turn);
     return turn;
   }
 
@@ -516,6 +516,27 @@
     syncUrl(); refreshConversations();
     messages().scrollTop = messages().scrollHeight;
     if (liveRunId) attachRun(liveRunId);
+    else showUnanswered(msgs, conv.id);
+  }
+
+  // Turns that got no answer (stopped, failed, lost) say so, as they did while streaming.
+  async function showUnanswered(msgs, conversationId) {
+    const answered = new Set(msgs.filter((m) => m.role === "assistant").map((m) => m.runId));
+    const asked = msgs.filter((m) => m.role === "user" && m.runId && !(m.metadata || {}).superseded && !answered.has(m.runId));
+    const timelines = await Promise.all(asked.map((m) => api("GET", `/v1/agent/runs/${m.runId}/timeline`).catch(() => null)));
+    if (S.conversationId !== conversationId) return;
+    asked.forEach((m, i) => {
+      const t = timelines[i];
+      if (!t || !["failed", "cancelled"].includes(t.status)) return;
+      let turn = messages().querySelector(`.turn.assistant[data-run-id="${CSS.escape(m.runId)}"]`);
+      if (!turn) {
+        const userTurn = messages().querySelector(`.turn.user[data-message-id="${CSS.escape(m.id)}"]`);
+        turn = addAssistantTurn(m.runId, userTurn);
+      }
+      addNotice(turn, t.status === "failed" ? "error" : "stopped", t.status === "failed" ? (t.error || "The run failed.") : "Stopped.");
+      loadCost(turn, m.runId, t.usage);
+    });
+    refreshTurnActions();
   }
 
   function relativeTime(iso) {
@@ -562,7 +583,7 @@
         row.states.push({ status: p.status, at }); row.status = p.status; row.end = at;
         if (p.output || p.error) row.output = p.output || p.error;
         if (p.policy) row.policy = p.policy;
-      } else if (ev.event !== "agent.thought") {
+      } else if (ev.event !== "agent.thought" && ev.event !== "agent.message") {
         steps.push({ kind: "event", at, seq: ev.seq, name: ev.event, payload: p });
       }
     }
@@ -584,6 +605,7 @@
         if (s.name === "agent.start") detail = [p.agentRole, p.engine, p.provider, p.model, p.routeNote].filter(Boolean).join(" · ");
         else if (s.name === "agent.end") detail = [p.status, p.error].filter(Boolean).join(": ");
         else if (s.name === "error") detail = `${p.code}: ${p.message}`;
+        else if (s.name === "context.patch") detail = [p.kind, p.data && p.data.name].filter(Boolean).join(" · ");
         ol.append(el("li", { class: "step" }, when, el("span", { class: "what", text: s.name }), el("span", { class: "detail", text: detail })));
       }
     }
