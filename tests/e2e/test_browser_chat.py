@@ -428,7 +428,7 @@ def test_browser_phone_layout(browser, daphne_server):
 
 def test_browser_accessibility_basics(page):
     # Every form control has an accessible name.
-    unnamed = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, button')]
+    unnamed = page.evaluate("""() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
         .filter(e => !e.closest('[hidden]') && !e.labels?.length && !e.getAttribute('aria-label')
                      && !e.textContent.trim() && !e.getAttribute('aria-labelledby')).map(e => e.outerHTML)""")
     assert unnamed == []
@@ -440,6 +440,13 @@ def test_browser_accessibility_basics(page):
     page.keyboard.press("Enter")
     page.keyboard.type("typed after skipping")
     assert page.input_value("#input") == "typed after skipping"
+
+
+def test_browser_sign_out(page, daphne_server):
+    page.click("#logout")  # a POST with the CSRF token (Django refuses a GET logout)
+    page.wait_for_selector("input[name=username]")
+    page.goto(daphne_server.url + "/approvals")
+    page.wait_for_selector("input[name=username]")  # signed out: the login page again
 
 
 # --- admin ---------------------------------------------------------------------------------------------
