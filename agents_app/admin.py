@@ -1,5 +1,6 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db import transaction
 from django.utils.html import format_html
 
 from .models import Agent
@@ -9,19 +10,36 @@ class AgentAdminForm(forms.ModelForm):
     class Meta:
         model = Agent
         fields = "__all__"
+        widgets = {
+            # A large monospace editor: prompts are long, structured text (headings, lists, code).
+            "system_prompt": forms.Textarea(attrs={"rows": 30, "class": "prompt-editor", "spellcheck": "false"}),
+            "description": forms.Textarea(attrs={"rows": 2}),
+        }
+
+
+def _copy_role(role: str) -> str:
+    base = f"{role}_copy"[:60]
+    candidate, n = base, 2
+    while Agent.objects.filter(role=candidate).exists():
+        candidate, n = f"{base}{n}", n + 1
+    return candidate
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AgentAdminForm
     list_display = ["role", "display_name", "name_zh", "engine", "model", "enabled", "updated_at"]
-    list_filter = ["engine", "enabled"]
-    search_fields = ["role", "display_name", "name_zh", "description"]
+    list_display_links = ["role", "display_name"]
+    list_filter = ["engine", "enabled", "model"]
+    search_fields = ["role", "display_name", "name_zh", "description", "system_prompt"]
+    actions = ["duplicate_selected"]
     readonly_fields = ["workspace_resolved", "claude_md_preview", "created_at", "updated_at"]
     fieldsets = [
         (None, {"fields": ["role", "display_name", "name_zh", "description", "enabled"]}),
         ("Prompt", {
-            "fields": ["system_prompt", "claude_md_preview"],
+            # One row: the prompt editor with the workspace's CLAUDE.md beside it.
+            "fields": [("system_prompt", "claude_md_preview")],
+            "classes": ["prompt-row"],
             "description": "The model's system prompt is this prompt followed by the workspace's CLAUDE.md "
                            "(when it exists), so the admin prompt sets the role and CLAUDE.md adds project "
                            "instructions. Edit CLAUDE.md in the workspace itself.",
@@ -36,6 +54,24 @@ class AgentAdmin(admin.ModelAdmin):
         ("History", {"fields": ["created_at", "updated_at"]}),
     ]
 
+    class Media:
+        css = {"all": ["agents_app/admin.css"]}
+
+    @admin.action(description="Duplicate the selected agents (copies start disabled)", permissions=["add"])
+    def duplicate_selected(self, request, queryset) -> None:
+        """Copy each agent's own fields under a free ``<role>_copy`` role. Its approval rules and MCP
+        links stay with the original (add them on the copy's page): a copy must not widen access."""
+        made = []
+        with transaction.atomic():
+            for agent in queryset:
+                agent.pk, agent.id = None, None
+                agent.role = _copy_role(agent.role)
+                agent.display_name = f"{agent.display_name} (copy)"[:120]
+                agent.enabled = False
+                agent.save()
+                made.append(agent.role)
+        self.message_user(request, f"Created {', '.join(made)} (disabled until you enable them).", messages.SUCCESS)
+
     @admin.display(description="Workspace directory")
     def workspace_resolved(self, obj: Agent) -> str:
         return str(obj.workspace_path) if obj.pk else "-"
@@ -45,4 +81,4 @@ class AgentAdmin(admin.ModelAdmin):
         text = obj.claude_md() if obj.pk else ""
         if not text:
             return format_html("<em>No CLAUDE.md in {}</em>", obj.workspace_path if obj.pk else "the workspace")
-        return format_html('<pre style="white-space:pre-wrap;max-height:30em;overflow:auto">{}</pre>', text)
+        return format_html('<pre class="claude-md">{}</pre>', text)

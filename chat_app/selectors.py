@@ -4,7 +4,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from core.errors import NotFound
 
@@ -50,3 +50,28 @@ def run_get(*, user: Any, run_id: Any, not_found_code: str = "run_not_found") ->
 def run_timeline(*, user: Any, run_id: Any) -> tuple[Run, QuerySet[RunEvent]]:
     run = run_get(user=user, run_id=run_id, not_found_code="run_timeline_not_found")
     return run, run.events.order_by("seq")
+
+
+def conversation_search(*, user: Any, query: str) -> QuerySet[Conversation]:
+    """Your conversations whose title or any message (user, assistant or tool) contains ``query``.
+
+    Case-insensitive substring match (``icontains``: works the same on SQLite and PostgreSQL, and
+    for CJK text, which has no word boundaries a full-text index could use). Newest activity first.
+    """
+    query = (query or "").strip()
+    conversations = conversation_list(user=user)
+    if not query:
+        return conversations
+    matching = Message.objects.filter(conversation__owner=user, content__icontains=query).values("conversation_id")
+    return conversations.filter(Q(title__icontains=query) | Q(id__in=matching))
+
+
+# A message a regenerate or an edit replaced (``metadata.superseded``); written as a Q because a
+# plain ``exclude(metadata__superseded=True)`` also drops rows without the key (SQL NULL).
+NOT_SUPERSEDED = Q(metadata__superseded__isnull=True) | ~Q(metadata__superseded=True)
+
+
+def conversation_last_turn(*, conversation: Conversation) -> Message | None:
+    """The conversation's latest user message that a regenerate has not superseded, or None."""
+    return (conversation.messages.filter(NOT_SUPERSEDED, role=Message.Role.USER)
+            .order_by("-created_at", "-id").first())

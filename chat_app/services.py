@@ -32,7 +32,7 @@ from tools_app.mcp_policy import mcp_servers_for_run
 from .eventlog import in_thread, insert_events
 from .executor import RunLaunch, get_executor, orphaned_runs_q
 from .models import Conversation, Message, Run, RunEvent
-from .selectors import conversation_get, run_get
+from .selectors import NOT_SUPERSEDED, conversation_get, conversation_last_turn, run_get
 
 logger = logging.getLogger("orchestrator.runs")
 
@@ -43,6 +43,43 @@ MAX_INPUT_CHARS = 200_000
 
 def conversation_create(*, user: Any, title: str = "", agent: Agent | None = None) -> Conversation:
     return Conversation.objects.create(owner=user, title=(title or "")[:300], agent=agent)
+
+
+def conversation_rename(*, user: Any, conversation_id: Any, title: str) -> Conversation:
+    """Set a conversation's title (trimmed, at most 300 characters; blank clears it)."""
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
+    conversation.title = (title or "").strip()[:300]
+    # Renaming is not activity: the list order (updated_at) stays as it was.
+    Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
+    return conversation
+
+
+async def conversation_delete(*, user: Any, conversation_id: Any) -> None:
+    """Delete a conversation with its messages, runs, timelines, confirmations and rules.
+
+    Its live runs are cancelled first (wherever they execute), so nothing keeps writing to a
+    conversation that is gone and no confirmation of it is left waiting.
+
+    Raises:
+        NotFound: unknown conversation, or another user's.
+    """
+    conversation = await in_thread(conversation_get)(user=user, conversation_id=conversation_id)
+    live = await in_thread(lambda: [str(i) for i in Run.objects.filter(conversation=conversation)
+                                    .exclude(status__in=Run.TERMINAL).values_list("id", flat=True)])()
+    for run_id in live:
+        try:
+            await run_cancel(user=user, run_id=run_id)
+        except Conflict:
+            pass  # it ended on its own meanwhile
+    await in_thread(_conversation_delete_rows)(conversation=conversation)
+
+
+def _conversation_delete_rows(*, conversation: Conversation) -> None:
+    from tools_app.models import ToolRule
+
+    with transaction.atomic():
+        ToolRule.objects.filter(scope=ToolRule.Scope.CONVERSATION, conversation_id=conversation.id).delete()
+        conversation.delete()
 
 
 # --- runs ----------------------------------------------------------------------------------------
@@ -133,7 +170,10 @@ def run_create(
 def _stored_history(conversation: Conversation) -> list[dict[str, str]]:
     # Unanswered turns (failed, cancelled) stay in: after "try again" the model still needs the
     # question, and a repeated prompt costs less than a lost one.
-    rows = Message.objects.filter(conversation=conversation, role__in=[Message.Role.USER, Message.Role.ASSISTANT])
+    # A turn superseded by a regenerate or an edit stays on record (messages, timeline) but is
+    # never sent to the model again.
+    rows = Message.objects.filter(NOT_SUPERSEDED, conversation=conversation,
+                                  role__in=[Message.Role.USER, Message.Role.ASSISTANT])
     return [{"role": role, "content": content} for role, content in rows.order_by("created_at", "id").values_list("role", "content")]
 
 
@@ -218,3 +258,48 @@ async def _wait_terminal(run_id: str, *, timeout: float) -> None:
         if await read() in Run.TERMINAL:
             return
         await asyncio.sleep(0.1)
+
+
+def run_create_again(
+    *,
+    user: Any,
+    conversation_id: Any,
+    input: str | None = None,
+    agent_role: str | None = None,
+    engine: str | None = None,
+    model: str | None = None,
+) -> RunCreated:
+    """Regenerate the conversation's last answer (``input`` None) or edit-and-resend its last message.
+
+    The last user message and everything after it (the answer, tool calls) are marked
+    ``metadata.superseded`` (with ``supersededBy``: the new run's id): they stay in the messages
+    and their run's timeline stays whole, but the history given to the model leaves them out.
+    The new run gets the same or the edited text as a new user message.
+
+    Raises:
+        NotFound: unknown conversation, or another user's.
+        InvalidInput: ``nothing_to_regenerate`` (no user message yet), or an invalid edited input.
+        Conflict: ``conversation_busy`` while one of its runs is still running (stop it first).
+    """
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
+    if Run.objects.filter(conversation=conversation).exclude(status__in=Run.TERMINAL).exists():
+        raise Conflict("A run of this conversation is still going; stop it first.", code="conversation_busy")
+    last = conversation_last_turn(conversation=conversation)
+    if last is None:
+        raise InvalidInput("This conversation has no message to regenerate.", code="nothing_to_regenerate")
+    rows = list(Message.objects.filter(NOT_SUPERSEDED, conversation=conversation,
+                                       role__in=[Message.Role.USER, Message.Role.ASSISTANT])
+                .order_by("created_at", "id").values_list("id", "role", "content"))
+    cut = next(i for i, row in enumerate(rows) if row[0] == last.id)
+    history = [{"role": role, "content": content} for _, role, content in rows[:cut]]
+    created = run_create(user=user, input=last.content if input is None else input,
+                         conversation_id=str(conversation.id), agent_role=agent_role, engine=engine, model=model,
+                         history=history)
+    # Not yet submitted to the executor: nothing of the new run but its user message exists.
+    stale = (Message.objects.filter(conversation=conversation, created_at__gte=last.created_at)
+             .filter(NOT_SUPERSEDED).exclude(id=created.user_message.id))
+    with transaction.atomic():
+        for message in stale.select_for_update():
+            message.metadata = {**(message.metadata or {}), "superseded": True, "supersededBy": str(created.run.id)}
+            message.save(update_fields=["metadata"])
+    return created

@@ -5,6 +5,7 @@ from .api.assistant_ui import AssistantUiChatApi
 
 urlpatterns = [
     path("v1/conversations", views.ConversationListCreateApi.as_view(), name="conversations"),
+    path("v1/conversations/<str:conversation_id>", views.ConversationApi.as_view(), name="conversation"),
     path("v1/conversations/<str:conversation_id>/messages", views.ConversationMessagesApi.as_view(), name="conversation-messages"),
     path("v1/conversations/<str:conversation_id>/tool-rules", tool_rules.ConversationToolRulesApi.as_view(), name="conversation-tool-rules"),
     path("v1/conversations/<str:conversation_id>/tool-rules/<str:rule_id>", tool_rules.ConversationToolRuleApi.as_view(), name="conversation-tool-rule"),

@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from agents_app.api import AgentListApi, HealthApi
-from chat_app.ui import ChatPageView
+from chat_app.ui import ApprovalsPageView, ChatPageView
 
 urlpatterns = [
     path("health", HealthApi.as_view(), name="health"),
@@ -15,6 +15,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", ChatPageView.as_view(), name="chat-page"),
+    path("approvals", ApprovalsPageView.as_view(), name="approvals-page"),
     path("", include("chat_app.urls")),
     path("", include("tools_app.urls")),
 ]

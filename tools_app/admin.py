@@ -1,17 +1,63 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.utils.html import format_html
 
 from agents_app.admin import AgentAdmin
 from agents_app.models import Agent
 
+from core.errors import ApplicationError
+
 from .models import AgentMcpServer, McpServer, ToolConfirmation, ToolRule
+from .services import tool_confirmation_admin_decide
 
 
 @admin.register(ToolConfirmation)
 class ToolConfirmationAdmin(admin.ModelAdmin):
-    list_display = ["id", "tool", "status", "run", "created_at", "decided_by", "decided_at"]
-    list_filter = ["status", "tool"]
-    readonly_fields = ["run", "tool_call_id", "tool", "input", "created_at", "decided_at", "decided_by", "output"]
+    """Pending calls can be approved or denied here (one or many): the waiting runs resume."""
+
+    list_display = ["tool", "status", "input_preview", "owner", "run", "created_at", "decided_by", "decided_at"]
+    list_filter = ["status", "tool", "created_at"]
+    search_fields = ["tool", "tool_call_id", "run__conversation__owner__username", "run__conversation__title"]
+    list_select_related = ["run__conversation__owner", "decided_by"]
+    readonly_fields = ["run", "tool_call_id", "tool", "input", "status", "reason", "created_at", "expires_at",
+                       "decided_at", "decided_by", "output"]
+    actions = ["approve_selected", "deny_selected"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request) -> bool:
+        return False  # confirmations are made by runs, never by hand
+
+    @admin.display(description="input")
+    def input_preview(self, obj: ToolConfirmation) -> str:
+        text = str(obj.input)
+        return format_html("<code>{}</code>", text if len(text) <= 120 else text[:120] + "…")
+
+    @admin.display(description="owner", ordering="run__conversation__owner__username")
+    def owner(self, obj: ToolConfirmation):
+        return obj.run.conversation.owner
+
+    @admin.action(description="Approve the selected pending calls (their runs resume)", permissions=["change"])
+    def approve_selected(self, request, queryset) -> None:
+        self._decide(request, queryset, approved=True)
+
+    @admin.action(description="Deny the selected pending calls", permissions=["change"])
+    def deny_selected(self, request, queryset) -> None:
+        self._decide(request, queryset, approved=False)
+
+    def _decide(self, request, queryset, *, approved: bool) -> None:
+        done, skipped = 0, []
+        for confirmation_id in queryset.values_list("id", flat=True):
+            try:
+                tool_confirmation_admin_decide(admin=request.user, confirmation_id=str(confirmation_id),
+                                               approved=approved, reason="decided in the admin")
+                done += 1
+            except ApplicationError as exc:
+                skipped.append(exc.message)
+        verb = "Approved" if approved else "Denied"
+        if done:
+            self.message_user(request, f"{verb} {done} tool call(s).", messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"Skipped {len(skipped)}: {'; '.join(sorted(set(skipped)))}", messages.WARNING)
 
 
 class AgentsOfServerInline(admin.TabularInline):

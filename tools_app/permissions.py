@@ -9,6 +9,11 @@ def can_decide_confirmation(*, user: Any, confirmation: Any) -> bool:
     return bool(user and user.is_authenticated and confirmation.run.conversation.owner_id == user.id)
 
 
+def can_decide_any_confirmation(*, user: Any) -> bool:
+    """Staff who may change tool confirmations decide anyone's from the admin console."""
+    return bool(user and user.is_active and user.is_staff and user.has_perm("tools_app.change_toolconfirmation"))
+
+
 INLINE_MCP_SERVERS_PERMISSION = "tools_app.use_inline_mcp_servers"
 
 

@@ -13,7 +13,8 @@ from core.doorbell import ring
 from core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
 from .models import ToolConfirmation, ToolRule
-from .permissions import can_change_tool_rule, can_decide_confirmation, can_make_agent_rules
+from .permissions import (can_change_tool_rule, can_decide_any_confirmation, can_decide_confirmation,
+                          can_make_agent_rules)
 from .policy import Effect, policy_evaluate, rule_matches, rule_problems
 from .selectors import tool_confirmations_still_waiting, tool_rules_for_call
 
@@ -95,6 +96,39 @@ def tool_confirmation_decide(*, user: Any, confirmation_id: str, approved: bool,
     confirmation.refresh_from_db()
     confirmation.remembered_rule = rule  # type: ignore[attr-defined]
     confirmation.also_decided = also_decided  # type: ignore[attr-defined]
+    return confirmation
+
+
+def tool_confirmation_admin_decide(*, admin: Any, confirmation_id: Any, approved: bool,
+                                   reason: str = "") -> ToolConfirmation:
+    """A decision from the admin console, on any user's confirmation.
+
+    The same first-decision-wins update and the same wake-up of the waiting run (wherever it
+    executes) as :func:`tool_confirmation_decide`; recorded as decided by the admin. No rule is
+    remembered from here (admins add rules in the rule admin).
+
+    Raises:
+        Forbidden: the user is not active staff with ``tools_app.change_toolconfirmation``.
+        NotFound: unknown id.
+        Conflict: ``confirmation_expired`` / ``confirmation_already_decided``, as for the owner.
+    """
+    if not can_decide_any_confirmation(user=admin):
+        raise Forbidden("Only staff who may change tool confirmations decide them from the admin.")
+    confirmation = (ToolConfirmation.objects.select_related("run__conversation").filter(id=confirmation_id).first()
+                    if _is_uuid(str(confirmation_id)) else None)
+    if confirmation is None:
+        raise NotFound("Tool confirmation not found.", code="confirmation_not_found")
+    _expire_if_stale(confirmation)
+    status = ToolConfirmation.Status.APPROVED if approved else ToolConfirmation.Status.DENIED
+    with transaction.atomic():
+        if not ToolConfirmation.objects.filter(id=confirmation.id, status=ToolConfirmation.Status.PENDING).update(
+                status=status, decided_by=admin, decided_at=timezone.now(), reason=(reason or "")[:2000]):
+            confirmation.refresh_from_db()
+            raise Conflict(f"Tool confirmation was already {confirmation.status}.",
+                           code="confirmation_already_decided", extra={"status": confirmation.status})
+        run_id, key = str(confirmation.run_id), str(confirmation.id)
+        transaction.on_commit(lambda: _ring_sync(run_id, key))
+    confirmation.refresh_from_db()
     return confirmation
 
 

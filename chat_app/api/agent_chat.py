@@ -34,16 +34,29 @@ FORMATS = ("agent-chat", "vercel-ai")
 
 class AgentChatInput(serializers.Serializer):
     conversationId = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=64)
-    input = StrictCharField(trim_whitespace=False, max_length=services.MAX_INPUT_CHARS)
+    input = StrictCharField(required=False, trim_whitespace=False, max_length=services.MAX_INPUT_CHARS)
     agentRole = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=64)
     engine = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=40)
     model = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=200)
+    # Regenerate (no input) or edit-and-resend (input) the conversation's last turn.
+    regenerate = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("regenerate"):
+            if not attrs.get("conversationId"):
+                raise serializers.ValidationError({"conversationId": "regenerate needs the conversationId."})
+        elif "input" not in attrs:
+            raise serializers.ValidationError({"input": "This field is required."})
+        return attrs
 
 
 class AiSdkChatOptionsInput(AgentChatInput):
     """The AI SDK body's extra fields (``useChat({ body })``); the input comes from ``messages``."""
 
     input = None  # type: ignore[assignment]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        return attrs
 
 
 def _dialect(request: Request) -> type[Dialect]:
@@ -88,6 +101,10 @@ class AgentChatApi(AsyncApiView):
         serializer = AgentChatInput(data=body)
         serializer.is_valid(raise_exception=True)
         data = _blank_to_none(serializer.validated_data)
+        if data.get("regenerate"):
+            return dialect, services.run_create_again(
+                user=request.user, conversation_id=data["conversationId"], input=serializer.validated_data.get("input"),
+                agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"))
         return dialect, services.run_create(
             user=request.user, input=serializer.validated_data["input"], conversation_id=data.get("conversationId"),
             agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"))

@@ -20,6 +20,10 @@ class ConversationCreateInput(serializers.Serializer):
     agentRole = serializers.SlugField(required=False, max_length=64)
 
 
+class ConversationUpdateInput(serializers.Serializer):
+    title = StrictCharField(allow_blank=True, max_length=300)
+
+
 class ConversationOutput(serializers.ModelSerializer):
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
@@ -56,6 +60,10 @@ class RunTimelineOutput(serializers.Serializer):
     status = serializers.CharField()
     engine = serializers.CharField()
     model = serializers.CharField()
+    provider = serializers.CharField()
+    routeNote = serializers.CharField(source="route_note")
+    # A decimal string in USD ("0.004200"), never a float: sums of costs must not drift.
+    cost = serializers.DecimalField(max_digits=12, decimal_places=6, coerce_to_string=True)
     startedAt = serializers.DateTimeField(source="started_at")
     endedAt = serializers.DateTimeField(source="ended_at", allow_null=True)
     error = serializers.CharField(allow_blank=True)
