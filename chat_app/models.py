@@ -106,3 +106,12 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.event}"
+
+
+class RunUsage(Run):
+    """Runs seen as usage and cost (an admin view: the sums GET /v1/usage reports)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "run usage"
+        verbose_name_plural = "usage and cost"

@@ -180,6 +180,8 @@ def provider_registry() -> Registry:
         name=p.name, kind=p.kind, base_url=p.base_url, api_key_env=p.api_key_env, auth=p.auth, priority=p.priority,
         health_check=p.health_check, spend_limit=_dec(p.spend_limit), spend_period=p.spend_period,
         models=tuple(models.get(p.pk, ())), default_model=(models.get(p.pk) or [ModelInfo("", "")])[0].name,
+        # Ollama runs whatever model is pulled: an agent's model need not be listed.
+        open_models=p.kind == "ollama",
     ) for p in rows]
     # A disabled configured provider still shadows the implicit one of its name.
     taken = set(Provider.objects.values_list("name", flat=True))
