@@ -75,7 +75,7 @@ def budget_state(*, user: Any, spend: SpendPort) -> BudgetState | None:
                 continue
             worst = share
             shown = f"{used:.4f}" if unit == "USD" else str(int(used))
-            state.note = f"budget {b.name}: {shown} of {limit:g} {unit} this {b.period} ({share:.0%})"
+            state.note = f"budget {b.name}: {shown} of {limit.normalize():f} {unit} this {b.period} ({share:.0%})"
             state.over = share >= 1
             state.soft = not state.over and share >= Decimal(b.soft_ratio)
     return state if (state.over or state.soft) else BudgetState(note=state.note)
@@ -87,7 +87,7 @@ def provider_over_limit(spend: SpendPort):
             return None
         spent = spend.provider_spend(provider=info.name, since=period_start(info.spend_period))
         if spent >= info.spend_limit:
-            return f"spend limit {info.spend_limit:g} USD this {info.spend_period} reached: {spent:.4f}"
+            return f"spend limit {info.spend_limit.normalize():f} USD this {info.spend_period} reached: {spent:.4f}"
         return None
 
     return check
