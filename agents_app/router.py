@@ -12,6 +12,7 @@ process and a note recorded on the run.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,7 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
             code="unknown_engine",
             extra={"engines": engine_names()},
         )
-    budget = budgets.budget_state(user=user, spend=spend) if spend is not None else None
+    budget = budgets.budget_state(user=user, spend=spend) if spend is not None and registry.has_budgets else None
     if budget is not None and budget.over:
         budget.refuse()
     if provider and registry.get(provider) is not None and registry.get(provider).kind == "mock":
@@ -77,9 +78,7 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
     # not a failing provider to try anyway.
     usable = registry
     if not provider:
-        from .providers.registry import Registry
-
-        usable = Registry(tuple(p for p in registry.providers if not (
+        usable = dataclasses.replace(registry, providers=tuple(p for p in registry.providers if not (
             p.kind == "ollama" and (r := health.probe(p)) is not None and not r.ok)))
     tokens = estimate_tokens(task, agent.system_prompt or "", *((h.get("content") or "") for h in (history or [])))
     decision = route_providers(

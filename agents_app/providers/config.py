@@ -219,7 +219,9 @@ def providers_load(*, path: Path | str) -> LoadResult:
         deleted += Budget.objects.filter(source=file_source).exclude(
             name__in=[b["name"] for b in parsed["budgets"]]).delete()[0]
     from . import health
+    from .registry import registry_cache_clear
 
+    registry_cache_clear()  # queryset deletes send no signals
     health.reset_health()
     return LoadResult(providers=len(parsed["providers"]), models=n_models, rules=len(parsed["rules"]),
                       budgets=len(parsed["budgets"]), deleted=deleted)

@@ -137,6 +137,9 @@ class ProviderInfo:
 @dataclass(frozen=True)
 class Registry:
     providers: tuple[ProviderInfo, ...]
+    # RoutingRule rows as dicts, in order (empty: the built-in rules), and whether budgets exist.
+    rules: tuple[dict, ...] = ()
+    has_budgets: bool = False
 
     def get(self, name: str) -> ProviderInfo | None:
         return next((p for p in self.providers if p.name == name), None)
@@ -164,9 +167,44 @@ def _dec(value) -> Decimal | None:
     return None if value is None else Decimal(value)
 
 
+_CACHE: tuple[float, Registry] | None = None
+
+
+def registry_cache_clear(*args, **kwargs) -> None:
+    """Drop the cached registry (a provider, model, rule or budget was saved; the file was loaded)."""
+    global _CACHE
+    _CACHE = None
+
+
 def provider_registry() -> Registry:
-    """Enabled configured providers (with their enabled models), then implicit ones not shadowed."""
-    from agents_app.models import Provider, ProviderModel
+    """Enabled configured providers (with their enabled models), then implicit ones not shadowed.
+
+    Cached for ``AGENT_CACHE_SECONDS`` like agent specs (a run's start burst stays short); saving
+    a provider, model, rule or budget, or loading the file, clears it in that process. The
+    implicit providers read the settings on every use, so they are never stale.
+    """
+    import time
+
+    global _CACHE
+    ttl = float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0)
+    cached = _CACHE
+    if ttl > 0 and cached is not None and cached[0] > time.monotonic():
+        return _with_fresh_implicit(cached[1])
+    registry = _load_registry()
+    _CACHE = (time.monotonic() + ttl, registry) if ttl > 0 else None
+    return registry
+
+
+def _with_fresh_implicit(registry: Registry) -> Registry:
+    from dataclasses import replace
+
+    shadowed = {p.name for p in registry.providers if not p.implicit}
+    configured = [p for p in registry.providers if not p.implicit]
+    return replace(registry, providers=tuple(configured + [p for p in _implicit() if p.name not in shadowed]))
+
+
+def _load_registry() -> Registry:
+    from agents_app.models import Budget, Provider, ProviderModel, RoutingRule
 
     rows = list(Provider.objects.filter(enabled=True).order_by("priority", "name"))
     models: dict[int, list[ModelInfo]] = {}
@@ -185,4 +223,6 @@ def provider_registry() -> Registry:
     ) for p in rows]
     # A disabled configured provider still shadows the implicit one of its name.
     taken = set(Provider.objects.values_list("name", flat=True))
-    return Registry(tuple(configured + [p for p in _implicit() if p.name not in taken]))
+    rules = tuple(RoutingRule.objects.values("name", "keywords", "min_tokens", "tier", "tag", "description", "enabled"))
+    return Registry(tuple(configured + [p for p in _implicit() if p.name not in taken]), rules=rules,
+                    has_budgets=Budget.objects.filter(enabled=True).exists())

@@ -92,14 +92,12 @@ def estimate_tokens(*texts: str) -> int:
     return sum(len(t or "") for t in texts) // 4
 
 
-def routing_rules() -> tuple[Rule, ...]:
-    from agents_app.models import RoutingRule
-
-    rows = list(RoutingRule.objects.all())
-    if not rows:
+def routing_rules(registry: Registry) -> tuple[Rule, ...]:
+    """The registry's RoutingRule rows (in order), or the built-in rules when there are none."""
+    if not registry.rules:
         return DEFAULT_RULES
-    return tuple(Rule(name=r.name, keywords=tuple(str(k) for k in (r.keywords or [])), min_tokens=r.min_tokens,
-                      tier=r.tier, tag=r.tag, description=r.description) for r in rows if r.enabled)
+    return tuple(Rule(name=r["name"], keywords=tuple(str(k) for k in (r["keywords"] or [])), min_tokens=r["min_tokens"],
+                      tier=r["tier"], tag=r["tag"], description=r["description"]) for r in registry.rules if r["enabled"])
 
 
 @dataclass(frozen=True)
@@ -202,7 +200,7 @@ def route_providers(*, registry: Registry, engine: str, agent_model: str, task: 
         # Rules choose among catalogued models (with a tier); the environment's implicit
         # providers alone have none, and then the agent's model stands.
         catalogued = any(c.model.tier for c in everything)
-        for rule in routing_rules() if catalogued else ():
+        for rule in routing_rules(registry) if catalogued else ():
             why = rule.match(task, tokens)
             if why is None:
                 continue

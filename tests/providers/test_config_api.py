@@ -140,3 +140,18 @@ def test_admin_provider_and_usage_pages(admin_client, three):
     assert admin_client.get("/admin/chat_app/runusage/").status_code == 200
     assert admin_client.get("/admin/agents_app/routingrule/").status_code == 200
     assert admin_client.get("/admin/agents_app/budget/").status_code == 200
+
+
+def test_registry_cache_is_cleared_when_a_provider_is_saved(settings, three):
+    from agents_app.providers.registry import provider_registry
+
+    settings.AGENT_CACHE_SECONDS = 60
+    assert provider_registry().get("d") is None
+    row = Provider.objects.create(name="d", kind="anthropic", api_key_env="A_KEY")
+    assert provider_registry().get("d") is not None
+    row.enabled = False
+    row.save()
+    assert provider_registry().get("d") is None
+    # Implicit providers follow the settings even from the cache.
+    settings.ANTHROPIC_API_KEY = "now-set"
+    assert provider_registry().get("anthropic").unavailable_reason() is None
