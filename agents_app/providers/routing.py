@@ -185,13 +185,18 @@ def route_providers(*, registry: Registry, engine: str, agent_model: str, task: 
     chosen: Candidate | None = None
     selection: Callable[[Candidate], bool] = lambda c: True
     if model:
-        served = [Candidate(p, m) for p in ordered if (m := p.model(model)) is not None]
+        exact = [Candidate(p, m) for p in ordered for m in p.models if m.name == model]
+        # A short name (ACP's ``--model haiku``) picks the catalogued model whose name contains it.
+        partial = [c for c in everything if c.model.tier and model.lower() in c.model.name.lower()]
+        open_ = [Candidate(p, m) for p in ordered if p.open_models and (m := p.model(model)) is not None]
+        served = exact or partial or open_
         if not served:
-            raise InvalidInput(f"No available provider serves model {model!r}.", code="unknown_model")
-        served.sort(key=lambda c: order[c.provider.name])
+            raise InvalidInput(f"No available provider serves model {model!r}.", code="unknown_model",
+                               extra={"models": sorted({c.model.name for c in everything})})
         chosen = served[0]
-        selection = lambda c: c.model.name == model  # noqa: E731
-        notes.insert(0 if not provider else 1, f"model {model} requested")
+        selection = lambda c, name=chosen.model.name: c.model.name == name  # noqa: E731
+        shown = model if chosen.model.name == model else f"{model} ({chosen.model.name})"
+        notes.append(f"model {shown} requested")
     elif budget is not None and budget.soft:
         chosen = min(fits, key=lambda c: (_price_key(c), order[c.provider.name]))
         notes.append(f"{budget.note}: cheapest capable model")

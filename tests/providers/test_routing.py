@@ -163,3 +163,10 @@ async def test_acp_provider_option_pins_the_provider(catalogue, user):
     run = await Run.objects.aget(id=created.run.id)
     assert run.provider == "b" and run.model == "kimi" and run.status == "succeeded"
     assert await sync_to_async(lambda: catalogue["b"].requests_to("/v1/messages"))()
+
+
+def test_route_short_model_name_picks_the_catalogued_model(catalogue, agent):
+    route = route_run(agent=agent, task="Plan everything", model="haiku")
+    assert (route.provider, route.model) == ("a", "haiku")
+    route = route_run(agent=agent, task="x", model="kim")
+    assert route.model == "kimi" and "model kim (kimi) requested" in route.note
