@@ -126,6 +126,8 @@ class Provider(models.Model):
     priority = models.IntegerField(default=100, help_text="Lower first among equally good candidates.")
     enabled = models.BooleanField(default=True)
     health_check = models.BooleanField(default=True, help_text="Probe the models list (Ollama: /api/tags).")
+    any_model = models.BooleanField(default=False, help_text="Also accept model names not listed below (e.g. a "
+                                                             "gateway's own names, the agent's or ANTHROPIC_MODEL).")
     spend_limit = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True,
                                       help_text="USD per spend period; over it the provider is skipped.")
     spend_period = models.CharField(max_length=8, default="month", choices=[("day", "day"), ("week", "week"), ("month", "month")])

@@ -9,6 +9,8 @@ Shape (see the shipped ``providers.yaml``)::
         api_key_env: ANTHROPIC_API_KEY          # the variable's name, never the key
         auth: x-api-key                         # or bearer (Authorization: Bearer)
         priority: 10                            # lower first among equal candidates
+        any_model: false                        # true: also accept names not listed (a gateway's own)
+        health_check: true                      # probe GET /v1/models (Ollama: /api/tags)
         spend_limit: 50                         # USD per spend_period (day|week|month)
         models:
           - {name: claude-haiku-4-5, tier: fast, context_window: 200000, input_price: 1.0, output_price: 5.0, tags: [cheap]}
@@ -37,7 +39,7 @@ from core.errors import InvalidInput
 
 from .registry import TIERS
 
-_PROVIDER_KEYS = {"name", "kind", "base_url", "api_key_env", "auth", "priority", "enabled", "health_check",
+_PROVIDER_KEYS = {"name", "kind", "base_url", "api_key_env", "auth", "priority", "enabled", "health_check", "any_model",
                   "spend_limit", "spend_period", "models"}
 _MODEL_KEYS = {"name", "tier", "context_window", "tags", "input_price", "output_price", "cache_read_price",
                "cache_write_price", "enabled"}
@@ -137,7 +139,7 @@ def parse_providers_file(text: str, *, source: str = "providers file") -> dict[s
             "name": p["name"], "kind": kind, "base_url": p.get("base_url") or "", "api_key_env": env,
             "auth": _choice(where + " auth", p.get("auth"), ("x-api-key", "bearer"), "x-api-key"),
             "priority": priority, "enabled": bool(p.get("enabled", True)),
-            "health_check": bool(p.get("health_check", True)),
+            "health_check": bool(p.get("health_check", True)), "any_model": bool(p.get("any_model", False)),
             "spend_limit": _decimal(where + " spend_limit", p.get("spend_limit")),
             "spend_period": _choice(where + " spend_period", p.get("spend_period"), _PERIODS, "month"),
             "models": models,

@@ -118,7 +118,9 @@ def _check(name: str) -> str | None:
         response = requests.get(url, headers=headers, timeout=timeout)
     except requests.RequestException as exc:
         return f"unreachable ({type(exc).__name__})"
-    if response.status_code >= 400:
+    # Up is what counts: an Anthropic-compatible API without a models list (404/405) is reachable;
+    # a rejected key (401/403) or a server error means runs would fail too.
+    if response.status_code in (401, 403) or response.status_code >= 500:
         path = "/api/tags" if info.kind == "ollama" else "/v1/models"
         return f"GET {path} answered HTTP {response.status_code}"
     return None

@@ -140,6 +140,7 @@ class Registry:
     # RoutingRule rows as dicts, in order (empty: the built-in rules), and whether budgets exist.
     rules: tuple[dict, ...] = ()
     has_budgets: bool = False
+    disabled: tuple[str, ...] = ()  # configured providers switched off (they hide their implicit namesake)
 
     def get(self, name: str) -> ProviderInfo | None:
         return next((p for p in self.providers if p.name == name), None)
@@ -198,8 +199,8 @@ def provider_registry() -> Registry:
 def _with_fresh_implicit(registry: Registry) -> Registry:
     from dataclasses import replace
 
-    shadowed = {p.name for p in registry.providers if not p.implicit}
     configured = [p for p in registry.providers if not p.implicit]
+    shadowed = {p.name for p in configured} | set(registry.disabled)
     return replace(registry, providers=tuple(configured + [p for p in _implicit() if p.name not in shadowed]))
 
 
@@ -219,10 +220,15 @@ def _load_registry() -> Registry:
         health_check=p.health_check, spend_limit=_dec(p.spend_limit), spend_period=p.spend_period,
         models=tuple(models.get(p.pk, ())), default_model=(models.get(p.pk) or [ModelInfo("", "")])[0].name,
         # Ollama runs whatever model is pulled: an agent's model need not be listed.
-        open_models=p.kind == "ollama",
+        open_models=p.kind == "ollama" or p.any_model,
     ) for p in rows]
-    # A disabled configured provider still shadows the implicit one of its name.
-    taken = set(Provider.objects.values_list("name", flat=True))
+    # A configured provider replaces the implicit one of its name only while it can take runs:
+    # the shipped file's `anthropic` (ANTHROPIC_API_KEY) must not hide a working
+    # ANTHROPIC_AUTH_TOKEN configuration. Disabling it in the admin hides both.
+    taken = {p.name for p in configured if not p.unavailable_reason()}
+    taken |= set(Provider.objects.filter(enabled=False).values_list("name", flat=True))
+    configured = [p for p in configured if p.name in taken or p.name not in {i.name for i in _implicit()}]
     rules = tuple(RoutingRule.objects.values("name", "keywords", "min_tokens", "tier", "tag", "description", "enabled"))
     return Registry(tuple(configured + [p for p in _implicit() if p.name not in taken]), rules=rules,
-                    has_budgets=Budget.objects.filter(enabled=True).exists())
+                    has_budgets=Budget.objects.filter(enabled=True).exists(),
+                    disabled=tuple(Provider.objects.filter(enabled=False).values_list("name", flat=True)))

@@ -155,3 +155,36 @@ def test_registry_cache_is_cleared_when_a_provider_is_saved(settings, three):
     # Implicit providers follow the settings even from the cache.
     settings.ANTHROPIC_API_KEY = "now-set"
     assert provider_registry().get("anthropic").unavailable_reason() is None
+
+
+def test_file_anthropic_without_its_key_leaves_the_env_provider_in_charge(agents, settings, monkeypatch):
+    from agents_app.router import route_run
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    call_command("load_providers", file=str(REPO / "providers.yaml"))
+    settings.ANTHROPIC_API_KEY = "gateway-token"  # as ANTHROPIC_AUTH_TOKEN sets it
+    settings.ANTHROPIC_MODEL = "saas/claude-sonnet-4.5"
+    route = route_run(agent=agents["dev_efficiency_analyst"], task="Fix the lint errors")
+    assert (route.engine, route.provider) == ("claude", "anthropic")
+    assert route.model == (agents["dev_efficiency_analyst"].model or "saas/claude-sonnet-4.5")
+    assert route.candidates[0][0].implicit
+
+
+def test_file_anthropic_accepts_the_env_model_when_its_key_is_set(agents, settings, monkeypatch):
+    from agents_app.router import route_run
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    call_command("load_providers", file=str(REPO / "providers.yaml"))
+    agent = agents["dev_efficiency_analyst"]
+    agent.model = "saas/claude-sonnet-4.5"
+    route = route_run(agent=agent, task="hello")
+    assert (route.provider, route.model) == ("anthropic", "saas/claude-sonnet-4.5")
+    assert not route.candidates[0][0].implicit
+    assert route_run(agent=agent, task="Fix the lint errors").model == "claude-haiku-4-5"
+
+
+def test_provider_without_models_list_is_still_healthy(api, three):
+    three["a"].models_status = 404
+    assert api.get("/v1/providers/a").json()["status"] == "healthy"
+    three["a"].models_status = 401
+    assert api.get("/v1/providers/a").json()["status"] == "unhealthy"
