@@ -4,6 +4,7 @@ What they show never includes a key: only the name of the variable that holds it
 """
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,14 +16,14 @@ from .router import provider_status_list
 
 
 class ProviderListApi(APIView):
-    @extend_schema(summary="Providers: models, prices, status, latency, recent errors, rate limits, cooldowns "
+    @extend_schema(operation_id="providers_list", responses=OpenApiTypes.OBJECT, summary="Providers: models, prices, status, latency, recent errors, rate limits, cooldowns "
                            "(seed 002 provider_list)")
     def get(self, request: Request) -> Response:
         return Response({"providers": provider_status_list()})
 
 
 class ProviderDetailApi(APIView):
-    @extend_schema(summary="One provider's status, checked now (seed 002 provider_status)")
+    @extend_schema(operation_id="provider_status", responses=OpenApiTypes.OBJECT, summary="One provider's status, checked now (seed 002 provider_status)")
     def get(self, request: Request, name: str) -> Response:
         from .providers import health
         from .providers.registry import provider_registry

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -17,6 +18,7 @@ from ..usage import GROUPS, RunSpend, usage_report
 
 class UsageApi(APIView):
     @extend_schema(
+        responses=OpenApiTypes.OBJECT,
         summary="Tokens and cost summed per provider, model, agent, conversation or day (staff: everyone's)",
         parameters=[OpenApiParameter("group_by", str, enum=list(GROUPS)),
                     OpenApiParameter("from", str, description="UTC date, inclusive (YYYY-MM-DD)"),
