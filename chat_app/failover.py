@@ -33,6 +33,12 @@ if TYPE_CHECKING:
     from .executor import RunLaunch
 
 
+# Failures that say something about the provider (not about this request): they count towards
+# its health. A 400 or a missing model is this request's problem and cools nothing down.
+_PROVIDER_SIDE = frozenset({ErrorCode.AUTHENTICATION_FAILED, ErrorCode.PERMISSION_DENIED, ErrorCode.BILLING_ERROR,
+                            ErrorCode.QUOTA_EXHAUSTED})
+
+
 class _Progress:
     output = False
 
@@ -74,8 +80,11 @@ async def engine_attempts(launch: "RunLaunch", ctx: EngineContext, *,
         attempt_ctx = dataclasses.replace(ctx, provider=info.target(max_retries=None if last else 0), model=model,
                                           tools=tools)
         started = time.monotonic()
+        first_item: float | None = None
         try:
             async for item in engine_cls().run(attempt_ctx):
+                if first_item is None:
+                    first_item = time.monotonic()
                 if isinstance(item, EngineResult):
                     item.provider, item.model = info.name, model
                 else:
@@ -83,7 +92,9 @@ async def engine_attempts(launch: "RunLaunch", ctx: EngineContext, *,
                 yield item
         except EngineError as exc:
             ms = round((time.monotonic() - started) * 1000, 1)
-            health.provider_failure(name=info.name, code=exc.code, message=exc.message, retry_after=exc.retry_after)
+            if exc.retryable or exc.code in _PROVIDER_SIDE:
+                health.provider_failure(name=info.name, code=exc.code, message=exc.message,
+                                        retry_after=exc.retry_after)
             moving_on = exc.retryable and not progress.output and not last
             if failed or moving_on:
                 nxt = candidates[index + 1] if moving_on else None
@@ -99,7 +110,8 @@ async def engine_attempts(launch: "RunLaunch", ctx: EngineContext, *,
                 exc.args = (exc.message,)
             raise
         ms = round((time.monotonic() - started) * 1000, 1)
-        health.provider_success(name=info.name, latency_ms=ms)
+        # Latency as /v1/providers shows it: until the provider's first answer, not the whole run.
+        health.provider_success(name=info.name, latency_ms=((first_item or time.monotonic()) - started) * 1000)
         if failed:
             await record(ProviderAttempt(attempt=index + 1, provider=info.name, model=model, status="succeeded",
                                          duration_ms=ms))
