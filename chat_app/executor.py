@@ -37,8 +37,8 @@ from tools_app.runner import ToolRunner
 
 from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread
 from .failover import engine_attempts
-from .usage import run_cost_fields
 from .models import Conversation, Message, Run
+from .usage import run_cost_fields
 
 logger = logging.getLogger("orchestrator.runs")
 

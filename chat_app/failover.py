@@ -107,7 +107,9 @@ async def engine_attempts(launch: "RunLaunch", ctx: EngineContext, *,
                 continue
             if progress.output and exc.retryable and not last:
                 exc.message += " (No failover: part of the answer had already been sent.)"
-                exc.args = (exc.message,)
+            if failed:  # the run's recorded provider was the first choice: say where this happened
+                exc.message += f" (attempt {index + 1} of {len(candidates)}, on {info.name}/{model})"
+            exc.args = (exc.message,)
             raise
         ms = round((time.monotonic() - started) * 1000, 1)
         # Latency as /v1/providers shows it: until the provider's first answer, not the whole run.

@@ -133,6 +133,7 @@ async def test_all_candidates_failing_ends_with_readable_error(user, three):
     _, events, run = await _run(user)
     assert run.status == "failed" and events[-1].payload["errorCode"] == "provider_overloaded"
     assert [a["provider"] for a in _attempts(events)] == ["a", "b", "c"]
+    assert "(attempt 3 of 3, on c/model-c)" in events[-1].payload["error"]
 
 
 async def test_ollama_provider_override_runs_on_ollama(user, servers, load, ollama_server):
