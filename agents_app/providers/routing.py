@@ -178,9 +178,14 @@ def route_providers(*, registry: Registry, engine: str, agent_model: str, task: 
 
     def all_models(providers: list[ProviderInfo]) -> list[Candidate]:
         out = [Candidate(p, m) for p in providers for m in p.models]
+        # A provider that lists no models but runs any (an Ollama) offers the agent's model.
+        out += [Candidate(p, m) for p in providers if not p.models and p.open_models
+                and (m := p.model(agent_model or p.default_model)) is not None]
         return sorted(out, key=lambda c: (order[c.provider.name], c.provider.priority, _price_key(c), c.model.name))
 
     everything = all_models(ordered)
+    if not everything and not model:
+        return None  # nothing to choose from: the engine's own configuration and fallback apply
     fits = [c for c in everything if c.model.context_window >= tokens] or everything
     chosen: Candidate | None = None
     selection: Callable[[Candidate], bool] = lambda c: True

@@ -170,3 +170,12 @@ def test_route_short_model_name_picks_the_catalogued_model(catalogue, agent):
     assert (route.provider, route.model) == ("a", "haiku")
     route = route_run(agent=agent, task="x", model="kim")
     assert route.model == "kimi" and "model kim (kimi) requested" in route.note
+
+
+def test_route_ollama_without_listed_models_uses_the_agents_model(servers, load, agents, ollama_server, settings):
+    load(providers=[{"name": "ollama", "kind": "ollama", "base_url": ollama_server.url}])
+    agent = agents["coder"]  # an ollama agent
+    route = route_run(agent=agent, task="Fix the lint errors")
+    assert route.engine == "ollama" and route.provider == "ollama"
+    assert route.model == (agent.model or settings.OLLAMA_MODEL)
+    assert "no rule matched: agent model" in route.note
