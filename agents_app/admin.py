@@ -82,3 +82,75 @@ class AgentAdmin(admin.ModelAdmin):
         if not text:
             return format_html("<em>No CLAUDE.md in {}</em>", obj.workspace_path if obj.pk else "the workspace")
         return format_html('<pre class="claude-md">{}</pre>', text)
+
+
+# --- providers, routing rules, budgets (agents_app/providers) -----------------------------------
+
+from .models import Budget, Provider, ProviderModel, RoutingRule  # noqa: E402
+
+
+class ProviderModelInline(admin.TabularInline):
+    model = ProviderModel
+    extra = 0
+    fields = ["name", "tier", "context_window", "tags", "input_price", "output_price", "cache_read_price",
+              "cache_write_price", "enabled"]
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "base_url", "api_key_env", "key_set", "health", "priority", "enabled", "source"]
+    list_filter = ["kind", "enabled", "source"]
+    search_fields = ["name", "base_url"]
+    readonly_fields = ["source", "key_set", "health", "created_at", "updated_at"]
+    inlines = [ProviderModelInline]
+    fieldsets = [
+        (None, {"fields": ["name", "kind", "enabled", "priority", "source"]}),
+        ("Connection", {
+            "fields": ["base_url", "api_key_env", "auth", "key_set", "health_check", "health"],
+            "description": "The key is never stored here: name the environment variable that holds it. "
+                           "A provider whose variable is unset is unavailable. Rows from the providers file "
+                           "are rewritten by load_providers.",
+        }),
+        ("Spend limit", {"fields": ["spend_limit", "spend_period"]}),
+        ("History", {"fields": ["created_at", "updated_at"]}),
+    ]
+
+    @admin.display(description="Key set", boolean=True)
+    def key_set(self, obj: Provider) -> bool | None:
+        import os
+
+        if obj.kind != Provider.Kind.ANTHROPIC:
+            return None
+        return bool(obj.api_key_env and os.environ.get(obj.api_key_env))
+
+    @admin.display(description="Health")
+    def health(self, obj: Provider) -> str:
+        from .providers import health
+        from .providers.registry import provider_registry
+
+        info = provider_registry().get(obj.name) if obj.pk and obj.enabled else None
+        if info is None:
+            return "disabled" if obj.pk else "-"
+        status = health.provider_status(info, check=False)
+        extra = status.get("cooldownUntil") or status.get("reason") or ""
+        return f"{status['status']}{f' ({extra})' if extra else ''}"
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        from .providers.health import reset_health
+
+        reset_health()  # a changed URL or key variable deserves a fresh look
+
+
+@admin.register(RoutingRule)
+class RoutingRuleAdmin(admin.ModelAdmin):
+    list_display = ["name", "order", "keywords", "min_tokens", "tier", "tag", "enabled", "source"]
+    list_editable = ["order", "enabled"]
+    readonly_fields = ["source"]
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    list_display = ["name", "user", "period", "max_tokens", "max_cost", "soft_ratio", "enabled", "source"]
+    list_filter = ["period", "enabled"]
+    readonly_fields = ["source"]

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from tools_app.registry import all_tools
 
-from .router import engine_status
+from .router import engine_status, provider_status_list
 from .selectors import agent_list
 
 
@@ -34,6 +34,7 @@ class HealthApi(APIView):
         responses=inline_serializer("Health", {
             "status": serializers.CharField(), "agent_count": serializers.IntegerField(),
             "tools": serializers.ListField(child=serializers.CharField()), "engines": serializers.DictField(),
+            "providers": serializers.ListField(child=serializers.DictField()),
         }),
     )
     def get(self, request: Request) -> Response:
@@ -42,6 +43,9 @@ class HealthApi(APIView):
             "agent_count": agent_list().count(),
             "tools": list(all_tools()),
             "engines": engine_status(),
+            # Status only (no URLs, no key variables): this endpoint is public.
+            "providers": [{k: p[k] for k in ("name", "kind", "status", "latencyMs", "recentErrors", "rateLimited",
+                                             "cooldownUntil")} for p in provider_status_list()],
         })
 
 

@@ -15,3 +15,11 @@ class AgentsAppConfig(AppConfig):
 
         post_save.connect(agent_cache_clear, sender=Agent, dispatch_uid="agent-cache-save")
         post_delete.connect(agent_cache_clear, sender=Agent, dispatch_uid="agent-cache-delete")
+        # Likewise the provider registry (providers, their models, routing rules, budgets).
+        from .models import Budget, Provider, ProviderModel, RoutingRule
+        from .providers.registry import registry_cache_clear
+
+        for model in (Provider, ProviderModel, RoutingRule, Budget):
+            post_save.connect(registry_cache_clear, sender=model, dispatch_uid=f"provider-registry-save-{model.__name__}")
+            post_delete.connect(registry_cache_clear, sender=model,
+                                dispatch_uid=f"provider-registry-delete-{model.__name__}")

@@ -59,3 +59,7 @@ class CachedProbe:
 
     def clear(self) -> None:
         self._results.clear()
+
+    def forget(self, target: str) -> None:
+        """Drop one target's cached answer: the next ``result`` checks again."""
+        self._results.pop(target, None)

@@ -1,14 +1,21 @@
 """The router: picks the engine, provider and model for a run. Engines never pick for themselves.
 
-Order: an explicit ``engine``/``model`` override on the request, else the agent's setting, else
-the engine's default model. An engine that cannot run here (e.g. ``claude`` without an API key)
-falls back to its declared fallback (``mock``), with a warning logged once per process and a
-note recorded on the run.
+Order: an explicit ``provider``/``engine``/``model`` override on the request, else budgets, the
+routing rules and the agent's setting (see :mod:`agents_app.providers.routing`), among the
+providers of the kind the engine speaks that have their key set. The chosen candidate comes with
+its fallbacks (other providers) for failover, and a rationale recorded on the run
+(``route_note``, ``routeNote`` in ``agent.start``).
+
+An engine with no usable provider here (e.g. ``claude`` without any API key, ``ollama`` with no
+Ollama answering) falls back to its declared fallback (``mock``), with a warning logged once per
+process and a note recorded on the run.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from core.errors import InvalidInput
 
@@ -25,10 +32,35 @@ class Route:
     provider: str
     model: str
     note: str = ""
+    # Failover candidates after the chosen one: ((provider, model), ...), best first.
+    fallbacks: tuple[tuple[str, str], ...] = ()
+    # Every candidate with its provider's data (no key), the chosen one first; empty: no
+    # provider routing (the engine's own configuration, e.g. the mock fallback).
+    candidates: tuple[tuple[Any, str], ...] = ()
 
 
-def route_run(*, agent: Agent, engine: str | None = None, model: str | None = None) -> Route:
+def route_run(*, agent: Agent, engine: str | None = None, model: str | None = None, provider: str | None = None,
+              user: Any = None, task: str = "", history: list[dict[str, str]] | None = None,
+              spend: Any = None) -> Route:
+    """Choose where a run executes.
+
+    Args:
+        provider: an explicit provider name (request ``provider``, ACP ``--provider``); pins it.
+        task: the user's input, classified by the routing rules.
+        spend: a :class:`~agents_app.providers.budgets.SpendPort` for budgets and spend limits.
+
+    Raises:
+        InvalidInput: unknown engine, provider or model.
+        ApplicationError: 429 ``budget_exceeded``; 503 ``provider_unavailable`` (a pinned provider without its key).
+    """
+    from .providers import budgets, health
+    from .providers.registry import provider_registry
+    from .providers.routing import estimate_tokens, route_providers
+
+    registry = provider_registry()
     requested = engine or agent.engine
+    if provider and (pinned := registry.get(provider)) is not None and pinned.engine:
+        requested = pinned.engine  # a provider speaks one protocol: its engine runs it
     engine_cls = get_engine(requested)
     if engine_cls is None:
         raise InvalidInput(
@@ -36,6 +68,28 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
             code="unknown_engine",
             extra={"engines": engine_names()},
         )
+    budget = budgets.budget_state(user=user, spend=spend) if spend is not None and registry.has_budgets else None
+    if budget is not None and budget.over:
+        budget.refuse()
+    if provider and registry.get(provider) is not None and registry.get(provider).kind == "mock":
+        return Route(engine=engine_cls.name, provider=provider, model=model or engine_cls.default_model(),
+                     note=f"provider {provider} requested")
+    # An Ollama that does not answer at all is "not running here" (the engine's fallback applies),
+    # not a failing provider to try anyway.
+    usable = registry
+    if not provider:
+        usable = dataclasses.replace(registry, providers=tuple(p for p in registry.providers if not (
+            p.kind == "ollama" and (r := health.probe(p)) is not None and not r.ok)))
+    tokens = estimate_tokens(task, agent.system_prompt or "", *((h.get("content") or "") for h in (history or [])))
+    decision = route_providers(
+        registry=usable, engine=requested, agent_model=model or agent.model or engine_cls.default_model(),
+        task=task, tokens=tokens, provider=provider, model=model, budget=budget,
+        provider_over_limit=budgets.provider_over_limit(spend) if spend is not None else (lambda p: None))
+    if decision is not None:
+        first, rest = decision.candidates[0], decision.candidates[1:]
+        return Route(engine=first.provider.engine or requested, provider=first.provider.name, model=first.model.name,
+                     note=decision.rationale[:1000], fallbacks=tuple((c.provider.name, c.model.name) for c in rest),
+                     candidates=tuple((c.provider, c.model.name) for c in decision.candidates))
     note = ""
     reason = engine_cls.unavailable_reason()
     if reason and engine_cls.fallback:
@@ -62,4 +116,24 @@ def engine_status() -> dict[str, dict[str, str | bool]]:
             out[name]["reason"] = reason
             if cls.fallback:
                 out[name]["fallback"] = cls.fallback
+    return out
+
+
+def provider_status_list(*, check: bool = True) -> list[dict[str, Any]]:
+    """Every provider (configured and implicit) with its models, prices and health; never keys."""
+    from .providers import health
+    from .providers.pricing import model_price
+    from .providers.registry import provider_registry
+
+    out = []
+    for p in provider_registry().providers:
+        models = []
+        for m in p.models:
+            price = model_price(p, m)
+            models.append({"name": m.name, "tier": m.tier or None, "contextWindow": m.context_window,
+                           "tags": list(m.tags), "price": price.to_dict() if price is not None else None})
+        out.append({"name": p.name, "kind": p.kind, "baseUrl": p.display_url(), "apiKeyEnv": p.api_key_env or None,
+                    "implicit": p.implicit, "priority": p.priority,
+                    "spendLimit": None if p.spend_limit is None else str(p.spend_limit), "spendPeriod": p.spend_period,
+                    "models": models, **health.provider_status(p, check=check)})
     return out

@@ -87,3 +87,37 @@ class RunAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+# --- usage and cost per provider/model (chat_app/usage.py; the same sums as GET /v1/usage) -------
+
+from .models import RunUsage  # noqa: E402
+
+
+@admin.register(RunUsage)
+class RunUsageAdmin(admin.ModelAdmin):
+    """Runs with their tokens and cost; the list's filters also total them per provider and model."""
+
+    list_display = ["started_at", "provider", "model", "agent", "status", "input_tokens", "output_tokens",
+                    "cache_read_tokens", "cache_write_tokens", "cost"]
+    list_filter = ["provider", "model", "status", "agent"]
+    date_hierarchy = "started_at"
+    readonly_fields = [f.name for f in Run._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        from django.contrib import messages
+        from django.db.models import Sum
+
+        response = super().changelist_view(request, extra_context)
+        try:
+            rows = response.context_data["cl"].queryset
+        except (AttributeError, KeyError):
+            return response
+        for r in rows.values("provider", "model").annotate(
+                i=Sum("input_tokens"), o=Sum("output_tokens"), c=Sum("cost")).order_by("provider", "model"):
+            messages.info(request, f"{r['provider'] or '-'} / {r['model'] or '-'}: {r['i'] or 0} input + "
+                                   f"{r['o'] or 0} output tokens, {r['c'] or 0} USD")
+        return response

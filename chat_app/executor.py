@@ -36,7 +36,9 @@ from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, Ru
 from tools_app.runner import ToolRunner
 
 from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread
+from .failover import engine_attempts
 from .models import Conversation, Message, Run
+from .usage import run_cost_fields
 
 logger = logging.getLogger("orchestrator.runs")
 
@@ -61,6 +63,7 @@ class RunLaunch:
     session_id: str
     started: RecordedEvent  # agent.start, seq 1, committed with the run
     options: dict[str, Any] = field(default_factory=dict)
+    route: Any = None  # the router's Route: candidates for failover (chat_app/failover.py)
 
 
 class RunExecutor(Protocol):
@@ -234,7 +237,7 @@ async def _run_engine(launch: RunLaunch, live: LiveRun, doorbell: RunDoorbell) -
         deadline = asyncio.timeout(seconds)
         try:
             async with deadline:
-                async for item in engine_cls().run(ctx):
+                async for item in engine_attempts(launch, ctx, record=live.record):
                     if isinstance(item, EngineResult):
                         result = item
                     elif item.durable:
@@ -280,7 +283,7 @@ def _success_commit(launch: RunLaunch, result: EngineResult, message_id: str):
         now = timezone.now()
         # Conditional: a final status is written once and never overwritten.
         if not Run.objects.filter(id=launch.run_id, status__in=_ACTIVE).update(
-                status=Run.Status.SUCCEEDED, ended_at=now, usage=result.usage):
+                status=Run.Status.SUCCEEDED, ended_at=now, usage=result.usage, **run_cost_fields(launch, result)):
             return False
         Message.objects.create(
             id=message_id, conversation_id=launch.conversation_id, run_id=launch.run_id,

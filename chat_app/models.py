@@ -66,9 +66,16 @@ class Run(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     usage = models.JSONField(default=dict, blank=True)
+    # USD at the price known when the run ended (``pricing``), for the provider and model it ran on.
     cost = models.DecimalField(max_digits=12, decimal_places=6, default=0)
-    # Why the router chose this engine (e.g. "claude has no API key: using mock").
-    route_note = models.CharField(max_length=300, blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    # {"input", "output", "cacheRead", "cacheWrite" (USD per million tokens), "source"}.
+    pricing = models.JSONField(default=dict, blank=True)
+    # Why the router chose this engine, provider and model (e.g. "claude has no API key: using mock").
+    route_note = models.CharField(max_length=1000, blank=True)
     # Set by a cancel request; the executing process re-checks it (the doorbell may be lost).
     cancel_requested = models.BooleanField(default=False)
     # The executing process renews this while the run is live (RUN_LEASE_SECONDS). A run that is
@@ -99,3 +106,12 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.event}"
+
+
+class RunUsage(Run):
+    """Runs seen as usage and cost (an admin view: the sums GET /v1/usage reports)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "run usage"
+        verbose_name_plural = "usage and cost"

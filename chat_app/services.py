@@ -33,6 +33,7 @@ from .eventlog import in_thread, insert_events
 from .executor import RunLaunch, get_executor, orphaned_runs_q
 from .models import Conversation, Message, Run, RunEvent
 from .selectors import NOT_SUPERSEDED, conversation_get, conversation_last_turn, run_get
+from .usage import RunSpend
 
 logger = logging.getLogger("orchestrator.runs")
 
@@ -101,6 +102,7 @@ def run_create(
     agent_role: str | None = None,
     engine: str | None = None,
     model: str | None = None,
+    provider: str | None = None,
     history: list[dict[str, str]] | None = None,
     options: dict[str, Any] | None = None,
     title: str | None = None,
@@ -115,13 +117,16 @@ def run_create(
     Args:
         history: explicit earlier turns (seed 000's ``conversation_history``); when None the
             conversation's stored messages are the history.
+        provider: pin a provider (also ``options["provider"]``, ACP's ``--provider``); the
+            router's rules, budgets' cheapest-model switch and failover then stay on it.
         options: engine options for this run only. ``mcp_servers`` is what the request asked
             for (names of registered servers); it is replaced by the full list the policy allows.
         allow_inline_mcp: let ``mcp_servers`` carry inline specs (command/url) without the
             permission: only for a caller that is the process owner (ACP over stdio), never HTTP.
 
     Raises:
-        InvalidInput: empty or oversized input, unknown engine, a malformed ``mcp_servers``.
+        InvalidInput: empty or oversized input, unknown engine/provider/model, a malformed ``mcp_servers``.
+        ApplicationError: 429 ``budget_exceeded``, 503 ``provider_unavailable`` (see the router).
         NotFound: unknown (or another user's) conversation or agent.
         McpServerNotAllowed: (403) an MCP server the user or agent may not use; nothing is recorded.
     """
@@ -132,13 +137,14 @@ def run_create(
     conversation = conversation_get(user=user, conversation_id=conversation_id) if conversation_id else None
     role = agent_role or (conversation.agent.role if conversation and conversation.agent else None) or settings.DEFAULT_AGENT_ROLE
     agent, spec = agent_for_run(role=role)
-    route = route_run(agent=agent, engine=engine, model=model)
+    if history is None:
+        history = _stored_history(conversation) if conversation is not None else []
+    route = route_run(agent=agent, engine=engine, model=model, provider=provider or (options or {}).get("provider"),
+                      user=user, task=input, history=history, spend=RunSpend())
     # Decided here, before anything is recorded or started: the only MCP servers a run opens.
     options = {**(options or {}), "mcp_servers": mcp_servers_for_run(
         user=user, agent=agent, requested=(options or {}).get("mcp_servers"),
         allow_inline=True if allow_inline_mcp else None)}
-    if history is None:
-        history = _stored_history(conversation) if conversation is not None else []
     with transaction.atomic():
         created = conversation is None
         if created:
@@ -162,7 +168,7 @@ def run_create(
         insert_events(run_id, [started])
     launch = RunLaunch(run_id=run_id, conversation_id=str(conversation.id), agent=spec, engine=route.engine,
                        model=route.model, provider=route.provider, user_input=input, history=history,
-                       session_id=conversation.engine_session_id, started=started, options=options)
+                       session_id=conversation.engine_session_id, started=started, options=options, route=route)
     return RunCreated(run=run, conversation=conversation, conversation_created=created, user_message=message,
                       launch=launch)
 
@@ -268,6 +274,7 @@ def run_create_again(
     agent_role: str | None = None,
     engine: str | None = None,
     model: str | None = None,
+    provider: str | None = None,
 ) -> RunCreated:
     """Regenerate the conversation's last answer (``input`` None) or edit-and-resend its last message.
 
@@ -294,7 +301,7 @@ def run_create_again(
     history = [{"role": role, "content": content} for _, role, content in rows[:cut]]
     created = run_create(user=user, input=last.content if input is None else input,
                          conversation_id=str(conversation.id), agent_role=agent_role, engine=engine, model=model,
-                         history=history)
+                         provider=provider, history=history)
     # Not yet submitted to the executor: nothing of the new run but its user message exists.
     stale = (Message.objects.filter(conversation=conversation, created_at__gte=last.created_at)
              .filter(NOT_SUPERSEDED).exclude(id=created.user_message.id))

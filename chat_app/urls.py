@@ -19,3 +19,15 @@ urlpatterns = [
     path("api/v1/chat/stream", chat_stream.ChatStreamApi.as_view(), name="seed000-chat-stream"),
     path("chat", AssistantUiChatApi.as_view(), name="assistant-ui-chat"),
 ]
+
+# --- providers, routing and usage (agents_app/providers, chat_app/usage.py) ---------------------
+from agents_app.api_providers import ProviderDetailApi, ProviderListApi  # noqa: E402
+
+from .api.usage import ProviderRecommendApi, UsageApi  # noqa: E402
+
+urlpatterns += [
+    path("v1/providers", ProviderListApi.as_view(), name="providers"),
+    path("v1/providers/recommend", ProviderRecommendApi.as_view(), name="provider-recommend"),
+    path("v1/providers/<str:name>", ProviderDetailApi.as_view(), name="provider-detail"),
+    path("v1/usage", UsageApi.as_view(), name="usage"),
+]

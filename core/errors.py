@@ -22,6 +22,8 @@ class ErrorCode(StrEnum):
     INVALID_REQUEST = "invalid_request"
     REQUEST_TOO_LARGE = "request_too_large"
     RATE_LIMITED = "rate_limited"
+    # A 429 that means an exhausted quota or balance: waiting or another try does not help.
+    QUOTA_EXHAUSTED = "quota_exhausted"
     PROVIDER_OVERLOADED = "provider_overloaded"
     PROVIDER_ERROR = "provider_error"
     PROVIDER_TIMEOUT = "provider_timeout"
@@ -54,11 +56,14 @@ RETRYABLE = frozenset({
 class EngineError(Exception):
     """A run-ending engine failure with a readable message and a stable :class:`ErrorCode`."""
 
-    def __init__(self, message: str, *, code: ErrorCode | str = ErrorCode.ENGINE_ERROR, retryable: bool | None = None):
+    def __init__(self, message: str, *, code: ErrorCode | str = ErrorCode.ENGINE_ERROR, retryable: bool | None = None,
+                 retry_after: float | None = None):
         super().__init__(message)
         self.message = message
         self.code = str(code)
         self.retryable = code in RETRYABLE if retryable is None else retryable
+        # Seconds the provider asked to wait (Retry-After), when it said.
+        self.retry_after = retry_after
 
 
 class ApplicationError(Exception):

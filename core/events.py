@@ -152,6 +152,25 @@ class RunError(RunEventBase):
 
 
 @dataclass
+class ProviderAttempt(RunEventBase):
+    """One try of a provider when the run failed over: recorded for the failed attempt(s) and
+    for the one that ended the run (a run that succeeds at its first try records none)."""
+
+    event: ClassVar[str] = "provider.attempt"
+    _optional: ClassVar[frozenset[str]] = frozenset({"error_code", "error", "next", "retry_after"})
+    attempt: int
+    provider: str
+    model: str
+    status: str  # "failed" | "succeeded"
+    duration_ms: float = 0.0
+    error_code: str | None = None
+    error: str | None = None
+    # "provider/model" the run moves to next (a failed attempt that was failed over).
+    next: str | None = None
+    retry_after: float | None = None
+
+
+@dataclass
 class UnknownEvent(RunEventBase):
     """A recorded event this version has no class for (or cannot read): passed through as is."""
 
@@ -168,7 +187,8 @@ class UnknownEvent(RunEventBase):
 
 EVENT_TYPES: dict[str, type[RunEventBase]] = {
     cls.event: cls
-    for cls in (RunStarted, TextDelta, Thought, AssistantMessage, ToolCallState, ContextPatch, RunEnded, RunError)
+    for cls in (RunStarted, TextDelta, Thought, AssistantMessage, ToolCallState, ContextPatch, RunEnded, RunError,
+                ProviderAttempt)
 }
 
 

@@ -207,6 +207,20 @@ OLLAMA_HEALTH_TTL = env_float("OLLAMA_HEALTH_TTL", 5.0)
 OLLAMA_PROBE_TIMEOUT = env_float("OLLAMA_PROBE_TIMEOUT", 2.0)
 DEFAULT_AGENT_ROLE = env("DEFAULT_AGENT_ROLE", "orchestrator")
 
+# --- Provider registry, health, failover (agents_app/providers) ------------------------------
+# The providers file `load_providers` (and `serve`) imports; absent: only the env's providers.
+PROVIDERS_FILE = Path(env("PROVIDERS_FILE", str(BASE_DIR / "providers.yaml")))
+# A provider's active health check (models list / Ollama tags) is cached this long, in seconds.
+PROVIDER_HEALTH_TTL = env_float("PROVIDER_HEALTH_TTL", 30.0)
+PROVIDER_PROBE_TIMEOUT = env_float("PROVIDER_PROBE_TIMEOUT", 3.0)
+# Passive health: cooldown after an unreachable provider or this many failures in a row.
+PROVIDER_COOLDOWN_SECONDS = env_float("PROVIDER_COOLDOWN_SECONDS", 30.0)
+PROVIDER_FAILURE_THRESHOLD = env_int("PROVIDER_FAILURE_THRESHOLD", 3)
+# The longest cooldown a Retry-After may impose.
+PROVIDER_COOLDOWN_MAX = env_float("PROVIDER_COOLDOWN_MAX", 600.0)
+# Candidates a run may try (the chosen one plus failovers).
+PROVIDER_MAX_ATTEMPTS = env_int("PROVIDER_MAX_ATTEMPTS", 3)
+
 # --- Runs, streams, confirmations -----------------------------------------------------------
 WORKSPACES_ROOT = Path(env("WORKSPACES_ROOT", str(BASE_DIR / "workspaces"))).resolve()
 SSE_PING_INTERVAL = env_float("SSE_PING_INTERVAL", 15.0)

@@ -52,6 +52,10 @@ def _isolated_settings(settings, tmp_path: Path):
 
     router._warned.clear()
     OLLAMA_PROBE.clear()
+    from agents_app.providers.health import reset_health
+    from agents_app.providers.pricing import _genai_price  # noqa: F401  (cached: prices do not change)
+
+    reset_health()  # cooldowns and error counts are per process: none carried between tests
     # Each test runs on its own event loop: a channel layer (channels-redis keeps receive locks
     # and connection pools per loop) must not carry state from the previous test's loop.
     from channels.layers import channel_layers

@@ -17,6 +17,7 @@ from core.events import RunEventBase
 from orchestrator_site.registry import register_subclass
 
 if TYPE_CHECKING:
+    from agents_app.providers.registry import ProviderTarget
     from agents_app.specs import AgentSpec
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -31,6 +32,9 @@ class EngineResult:
     usage: dict[str, Any] = field(default_factory=dict)
     session_id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Where it ran, set by the failover loop (may differ from the run's first choice).
+    provider: str = ""
+    model: str = ""
 
 
 class ToolPort(Protocol):
@@ -66,6 +70,9 @@ class EngineContext:
     options: dict[str, Any] = field(default_factory=dict)
     # Loads another agent by role (for engines that delegate); None when unknown or disabled.
     load_agent: Callable[[str], Awaitable["AgentSpec | None"]] | None = None
+    # The provider the router chose for this attempt (base URL, key, retries); None: the
+    # engine's environment configuration (ANTHROPIC_*, OLLAMA_URL).
+    provider: "ProviderTarget | None" = None
 
 
 class Engine:

@@ -7,7 +7,9 @@ emits the ``tool.state`` events and handles approvals), send the ``tool_result``
 go on until the model stops asking for tools or ``agent.max_steps`` requests were made.
 
 Provider failures become :class:`EngineError` with a stable code (see :func:`classify_error`).
-The SDK already retries 408/409/429/5xx/529 ``ANTHROPIC_MAX_RETRIES`` times; no retry loop here.
+The SDK retries 408/409/429/5xx/529 ``ANTHROPIC_MAX_RETRIES`` times, unless the router has a
+failover candidate (then ``ctx.provider.max_retries`` is 0: the router is the one retry loop).
+The provider (base URL, key, auth) is ``ctx.provider``; None means the ``ANTHROPIC_*`` settings.
 Each request has an overall deadline, ``ANTHROPIC_TIMEOUT`` seconds, covering the whole stream.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 import weakref
 from dataclasses import dataclass, field
@@ -52,7 +55,7 @@ class ClaudeEngine(Engine):
 
     async def run(self, ctx: EngineContext) -> AsyncIterator[RunEventBase | EngineResult]:
         model = ctx.model or settings.ANTHROPIC_MODEL
-        client = shared_client()
+        client = shared_client(ctx.provider)
         base_url = str(client.base_url)
         messages: list[dict[str, Any]] = [
             {"role": item["role"], "content": item["content"]} for item in ctx.history if item.get("content")
@@ -126,13 +129,20 @@ _CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, anth
     weakref.WeakKeyDictionary())
 
 
-def shared_client() -> anthropic.AsyncAnthropic:
-    key = settings.ANTHROPIC_API_KEY
-    bearer = bool(getattr(settings, "ANTHROPIC_AUTH_IS_BEARER", False))
+def shared_client(target: Any = None) -> anthropic.AsyncAnthropic:
+    """The client for a provider target (None: the ``ANTHROPIC_*`` settings)."""
+    if target is not None:
+        key, bearer, base_url = target.api_key, target.bearer, target.base_url
+    else:
+        key = settings.ANTHROPIC_API_KEY
+        bearer = bool(getattr(settings, "ANTHROPIC_AUTH_IS_BEARER", False))
+        base_url = settings.ANTHROPIC_BASE_URL or None
     timeout = float(getattr(settings, "ANTHROPIC_TIMEOUT", 120.0))
     retries = int(getattr(settings, "ANTHROPIC_MAX_RETRIES", 2))
+    if target is not None and target.max_retries is not None:
+        retries = target.max_retries
     pool = int(getattr(settings, "ANTHROPIC_MAX_CONNECTIONS", 2000))
-    config = (key, bearer, settings.ANTHROPIC_BASE_URL or None, timeout, retries, pool)
+    config = (key, bearer, base_url, timeout, retries, pool)
     clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
     client = clients.get(config)
     if client is None:
@@ -318,6 +328,7 @@ def classify_error(exc: BaseException, *, model: str, base_url: str, run_id: str
     status: int | None = None
     error_type: str | None = None
     request_id: str | None = None
+    retry_after: float | None = None
     if isinstance(exc, EngineError):
         return exc
     if isinstance(exc, _RequestDeadline):
@@ -345,6 +356,10 @@ def classify_error(exc: BaseException, *, model: str, base_url: str, run_id: str
             code = "provider_error"
         else:
             code = _BY_TYPE.get(error_type or "", "provider_error")
+        if code == "rate_limited":
+            retry_after = _retry_after(exc)
+            if _QUOTA_WORDS.search(detail or ""):
+                code = "quota_exhausted"
         headline, hint = (part.format(model=model, base_url=base_url)
                           for part in _STATUS_MESSAGES.get(code, ("The model provider returned an error", "")))
         if status == 200:  # an ``error`` event after the stream had started
@@ -365,7 +380,34 @@ def classify_error(exc: BaseException, *, model: str, base_url: str, run_id: str
         "claude request failed (run %s, model %s, base_url %s, status %s, type %s, request_id %s): %s: %s",
         run_id or "-", model, base_url, status, error_type, request_id, code, message,
     )
-    return EngineError(message, code=code, retryable=code in _RETRYABLE)
+    return EngineError(message, code=code, retryable=code in _RETRYABLE, retry_after=retry_after)
+
+
+# A 429 whose message says the account is out of quota/credit (Z.AI, Moonshot, DeepSeek word it
+# so): no retry, no cooldown-and-retry; the run fails with quota_exhausted.
+_QUOTA_WORDS = re.compile(r"quota|insufficient|balance|credit|billing|exceeded your current|suspended", re.I)
+
+
+def _retry_after(exc: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if sent."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after")
+        if value:
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                from email.utils import parsedate_to_datetime
+                import time
+
+                return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+    return None
 
 
 # code -> (headline, hint); the hint may name {model} and {base_url}.
@@ -376,6 +418,7 @@ _STATUS_MESSAGES = {
     "model_not_found": ("Model {model!r} was not found",
                         "Check the agent's model or ANTHROPIC_MODEL, and ANTHROPIC_BASE_URL ({base_url})."),
     "rate_limited": ("The model provider is rate-limiting requests", "Try again shortly."),
+    "quota_exhausted": ("The model provider's quota or balance is exhausted", "Check the account's plan and balance."),
     "provider_overloaded": ("The model provider is overloaded", "Try again shortly."),
     "provider_error": ("The model provider had an internal error", "Try again shortly."),
     "provider_timeout": ("The model provider timed out", ""),

@@ -290,7 +290,7 @@ class OllamaEngine(Engine):
     async def run(self, ctx: EngineContext) -> AsyncIterator[RunEventBase | EngineResult]:
         from agents_app.ollama_client import OllamaClient
 
-        client = OllamaClient()
+        client = OllamaClient(base_url=ctx.provider.base_url if ctx.provider is not None else None)
         stream = ctx.options.get("stream", True) is not False
         home = _Actor(agent=ctx.agent, prompt=ctx.system_prompt, model=ctx.model, tools=ctx.tools)
         actors: dict[str, _Actor] = {home.role: home}

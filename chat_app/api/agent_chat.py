@@ -38,6 +38,7 @@ class AgentChatInput(serializers.Serializer):
     agentRole = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=64)
     engine = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=40)
     model = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=200)
+    provider = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=64)
     # Regenerate (no input) or edit-and-resend (input) the conversation's last turn.
     regenerate = serializers.BooleanField(required=False, default=False)
 
@@ -104,10 +105,12 @@ class AgentChatApi(AsyncApiView):
         if data.get("regenerate"):
             return dialect, services.run_create_again(
                 user=request.user, conversation_id=data["conversationId"], input=serializer.validated_data.get("input"),
-                agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"))
+                agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"),
+                provider=data.get("provider"))
         return dialect, services.run_create(
             user=request.user, input=serializer.validated_data["input"], conversation_id=data.get("conversationId"),
-            agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"))
+            agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"),
+            provider=data.get("provider"))
 
     def _ai_sdk_request(self, request: Request, body: dict[str, Any]) -> Any:
         ui = vercel_ai.parse_chat_request(body)
@@ -128,7 +131,7 @@ class AgentChatApi(AsyncApiView):
             history = ui.history or None
         return services.run_create(user=request.user, input=ui.input, conversation_id=conversation_id,
                                    history=history, agent_role=data.get("agentRole"), engine=data.get("engine"),
-                                   model=data.get("model"))
+                                   model=data.get("model"), provider=data.get("provider"))
 
     @staticmethod
     def _decide(request: Request, ui: vercel_ai.UiChatRequest) -> dict[str, Any]:

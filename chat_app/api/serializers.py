@@ -68,7 +68,14 @@ class RunTimelineOutput(serializers.Serializer):
     endedAt = serializers.DateTimeField(source="ended_at", allow_null=True)
     error = serializers.CharField(allow_blank=True)
     usage = serializers.JSONField()
+    # Tokens and the price (USD per million) the run's cost was computed with (chat_app/usage.py).
+    tokens = serializers.SerializerMethodField()
+    pricing = serializers.JSONField()
     events = serializers.SerializerMethodField()
+
+    def get_tokens(self, obj: Run) -> dict:
+        return {"input": obj.input_tokens, "output": obj.output_tokens, "cacheRead": obj.cache_read_tokens,
+                "cacheWrite": obj.cache_write_tokens}
 
     def get_events(self, obj: Run) -> list[dict]:
         return RunEventOutput(self.context["events"], many=True).data

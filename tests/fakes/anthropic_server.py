@@ -38,6 +38,9 @@ up to 3 attempts) with 0.5s..8s backoff, honouring ``retry-after-ms`` then
 ``retry-after``.  Either build the client with ``max_retries=0`` or script the
 error with ``times=max_retries + 1`` (and ``retry_after_ms=`` to keep it fast).
 
+``GET /v1/models`` answers the model list ``server.models`` (status ``server.models_status``,
+default 200): what a provider health check asks; it never consumes the script.
+
 Validation (``validate=True``, the default) mirrors the API: missing auth
 (``x-api-key`` or ``Authorization``) -> 401, missing ``anthropic-version`` or a
 body without ``model``/``max_tokens``/``messages`` -> 400, unknown path -> 404.
@@ -496,6 +499,9 @@ class FakeAnthropicServer(ScriptedHTTPServer):
     def __init__(self, default: Any = _DEFAULT, *, validate: bool = True) -> None:
         super().__init__(default)
         self.validate = validate
+        # ``GET /v1/models`` (provider health checks): the ids it lists, and its status.
+        self.models: list[str] = ["claude-fake"]
+        self.models_status = 200
 
     def default_response(self) -> Response:
         return text_reply("OK")
@@ -509,6 +515,16 @@ class FakeAnthropicServer(ScriptedHTTPServer):
             etype = ERROR_TYPES.get(status, "api_error")
             ex.send_json(status, _error_body(etype, message, rid), base_headers)
 
+        if request.path.split("?")[0].rstrip("/") == "/v1/models" and request.method == "GET":
+            # The models list: what a provider health check asks for (never scripted).
+            if self.models_status != 200:
+                return fail(self.models_status, "models list unavailable")
+            if self.validate and not (request.header("x-api-key") or request.header("authorization")):
+                return fail(401, "x-api-key header is required")
+            data = [{"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"}
+                    for m in self.models]
+            return ex.send_json(200, {"data": data, "has_more": False, "first_id": None, "last_id": None},
+                                base_headers)
         if request.path.rstrip("/") != "/v1/messages":
             return fail(404, f"Not found: {request.method} {request.path}")
         if request.method != "POST":

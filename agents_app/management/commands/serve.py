@@ -19,6 +19,7 @@ class Command(BaseCommand):
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
             call_command("load_default_agents")
+            call_command("load_providers", if_exists=True)
         # Runs left unfinished by a server that stopped execute nowhere: end them, expire their
         # pending confirmations (runs of other live servers keep their leases and are left alone).
         from asgiref.sync import async_to_sync

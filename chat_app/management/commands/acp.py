@@ -23,8 +23,9 @@ class Command(BaseCommand):
                             help="Agent role for new sessions (default: DEFAULT_AGENT_ROLE; a loaded session keeps its own).")
         parser.add_argument("--model", default=None, help="Model for every run, instead of the agent's or engine's.")
         parser.add_argument("--provider", default=None,
-                            help="Pin the provider (validated against the engines' provider names; "
-                                 "recorded on each run until providers can be chosen).")
+                            help="Pin the provider for every prompt (a name from GET /v1/providers: the "
+                                 "providers file, the admin, or the env's anthropic/ollama); routing "
+                                 "rules and failover then stay on it.")
         parser.add_argument("--allowed-tools", default=None,
                             help="Comma-separated tool names or globs the model is offered; any other call is refused.")
         parser.add_argument("--user", dest="username", default=None,
@@ -101,11 +102,15 @@ def _check_role(role: str) -> None:
 
 
 def _check_provider(provider: str) -> None:
-    from agents_app.engines import all_engines
+    from agents_app.providers.registry import provider_registry
 
-    names = sorted({cls.provider for cls in all_engines().values() if cls.provider})
-    if provider not in names:
-        raise CommandError(f"Unknown provider {provider!r}; known: {', '.join(names)}.")
+    registry = provider_registry()
+    info = registry.get(provider)
+    if info is None:
+        raise CommandError(f"Unknown provider {provider!r}; known: {', '.join(registry.names())}.")
+    reason = info.unavailable_reason()
+    if reason:
+        raise CommandError(f"Provider {provider!r} is unavailable: {reason}.")
 
 
 def _parse_tools(value: str | None) -> list[str] | None:
