@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
@@ -36,9 +37,15 @@ SAFETY_NET_SECONDS = 5.0
 
 # Blocking database work runs here: a small, fixed pool whose threads keep their connection.
 _DB_POOL = ThreadPoolExecutor(max_workers=int(getattr(settings, "DB_THREADS", 8)), thread_name_prefix="orchestrator-db")
+# A pool thread's connection idle longer than this is checked (a round trip) before it is used.
+HEALTH_CHECK_AFTER = 10.0
+_local = threading.local()
 
 
 def _work(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    server = connection.vendor != "sqlite"
+    if server and connection.connection is not None:
+        _check_kept(server)
     try:
         return func(*args, **kwargs)
     except Exception:
@@ -46,21 +53,58 @@ def _work(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             connection.close()
         raise
     finally:
-        if connection.vendor != "sqlite":
-            connection.close()  # a server database: no session stays open between calls
+        if server:
+            _leave_idle()
+
+
+def _check_kept(server: bool) -> None:
+    # Django's own close_if_unusable_or_obsolete would close it: CONN_MAX_AGE is 0 for request
+    # threads. A pool thread keeps its connection; one idle for a while (a database restart, a
+    # server-side idle timeout) is checked before use instead of failing the caller's query.
+    if time.monotonic() - getattr(_local, "used", 0.0) > HEALTH_CHECK_AFTER and not connection.is_usable():
+        connection.close()
+
+
+def _leave_idle() -> None:
+    """After every call: the kept connection is in autocommit with no transaction open.
+
+    Django's atomic blocks always end (commit or rollback) before the call returns, and every
+    statement outside one commits on its own; this is the check that no code path left a
+    session "idle in transaction" (holding locks a TRUNCATE or a migration would wait on).
+    """
+    _local.used = time.monotonic()
+    raw = connection.connection
+    if raw is None:
+        return
+    if connection.in_atomic_block or not connection.get_autocommit() or _in_transaction(raw):
+        logger.warning("a database-pool call left a transaction open; closing its connection", stack_info=True)
+        connection.close()
+    else:
+        connection.close_at = None  # kept: see _check_kept
+
+
+def _in_transaction(raw: Any) -> bool:
+    try:
+        from psycopg.pq import TransactionStatus
+    except ImportError:  # pragma: no cover - another server backend: trust Django's bookkeeping
+        return False
+    return raw.info.transaction_status != TransactionStatus.IDLE
 
 
 def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
     """Run blocking database work on the database pool, not on asgiref's one shared ORM thread,
     so concurrent requests do not queue behind each other.
 
-    The pool is small and fixed (``DB_THREADS``). On SQLite each of its threads keeps its
-    connection between calls, so the thread pool *is* the connection pool (opening and closing
-    one per call would cost more than the work: closing SQLite's last WAL connection checkpoints
-    the log). On a database server (PostgreSQL) each call closes its connection: nothing stays
-    open, or in a transaction, between calls. Either way no stream, idle or not, holds one. A connection left unusable by an error, or inside a
-    broken transaction, is closed. Context variables are not carried over (Django's connections
-    are per thread; nothing here reads request context), which keeps a call cheap.
+    The pool is small and fixed (``DB_THREADS``) and each of its threads keeps its connection
+    between calls: the thread pool *is* the connection pool. On SQLite opening and closing one
+    per call would cost more than the work (closing SQLite's last WAL connection checkpoints the
+    log); on PostgreSQL a new connection per call costs a server process fork and an
+    authentication round trip, more than most calls. A kept PostgreSQL connection is in
+    autocommit and is checked after every call to hold no open transaction (else it is closed),
+    and before use when it was idle for a while. No stream, idle or not, holds one. A connection
+    left unusable by an error, or inside a broken transaction, is closed. Context variables are
+    not carried over (Django's connections are per thread; nothing here reads request context),
+    which keeps a call cheap.
     """
 
     async def call(*args: Any, **kwargs: Any) -> Any:
@@ -150,9 +194,35 @@ class LiveRun:
         self._pending: list[RecordedEvent] = []
         self._flush_lock = asyncio.Lock()
         self._flush_handle: asyncio.TimerHandle | None = None
+        # The run's own commit, when the executor runs it beside the engine's start (see
+        # await_record): nothing is written, and no subscriber reads, before it lands.
+        self.recorded: asyncio.Future | None = None
+        self.record_error: BaseException | None = None
         if first is not None:
             self.events.append(first)  # recorded with the run itself
             self._next_seq = first.seq + 1
+
+    # --- the run's own commit ------------------------------------------------------------------
+    def await_record(self, commit: Any) -> None:
+        """Run ``commit`` (an awaitable: the run's rows) now; see :meth:`wait_recorded`."""
+        self.recorded = asyncio.ensure_future(commit)
+        self.recorded.add_done_callback(self._recorded)
+
+    def _recorded(self, future: asyncio.Future) -> None:
+        error = asyncio.CancelledError() if future.cancelled() else future.exception()
+        if error is not None:
+            self.record_error = error
+            logger.error("recording run %s failed; ending it", self.run_id, exc_info=error)
+            self.request_cancel()
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    async def wait_recorded(self) -> bool:
+        """Until the run's rows are committed; False when that failed (the run exists nowhere)."""
+        if self.recorded is not None and not self.recorded.done():
+            await asyncio.wait({self.recorded})  # a cancelled waiter leaves the commit running
+        return self.record_error is None
 
     # --- producing ---------------------------------------------------------------------------
     def make(self, data: RunEventBase) -> RecordedEvent:
@@ -192,6 +262,9 @@ class LiveRun:
                 self._flush_handle = None
             if not self._pending:
                 return
+            if not await self.wait_recorded():
+                self._pending = []  # the run has no rows to add events to; subscribers had them
+                return
             batch, self._pending = self._pending, []
             await in_thread(_write_batch)(self.run_id, batch)
         await ring(self.run_id, "events")
@@ -226,6 +299,12 @@ class LiveRun:
             self._waiter = None
         return ok
 
+    def finish_unrecorded(self) -> None:
+        self.done = True
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
     def request_cancel(self) -> None:
         self.cancel_requested = True
         if self.cancellable and self.task is not None and not self.task.done():
@@ -257,6 +336,10 @@ class Subscription:
     async def close(self) -> None:
         return None
 
+    async def ready(self) -> None:
+        """Until the run can be read (its own commit landed, for a run started with it deferred)."""
+        return None
+
     def __aiter__(self):
         return self._iterate()
 
@@ -273,9 +356,20 @@ class LiveSubscription(Subscription):
     def __init__(self, live: LiveRun, after_seq: int = 0):
         self.live = live
         self.index = max(0, after_seq - live.first_seq + 1)
+        self._ready = live.recorded is None
+
+    async def ready(self) -> None:
+        await self.live.wait_recorded()
+        self._ready = True
 
     async def next(self, deadline: float | None = None) -> list[RecordedEvent] | None:
         live = self.live
+        if not self._ready:  # nobody sees a run before it exists in the database
+            if deadline is None:
+                await self.ready()
+            else:
+                async with asyncio.timeout_at(deadline):
+                    await self.ready()
         while True:
             if self.index < len(live.events):
                 batch = live.events[self.index:]

@@ -21,7 +21,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from django.conf import settings
 from django.db.models import Q
@@ -61,6 +61,9 @@ class RunLaunch:
     session_id: str
     started: RecordedEvent  # agent.start, seq 1, committed with the run
     options: dict[str, Any] = field(default_factory=dict)
+    # The run's commit when run_create(defer_commit=True) left it to the executor: it runs on the
+    # database pool beside the engine's start; batches, the end and subscribers wait for it.
+    record: Callable[[], None] | None = None
 
 
 class RunExecutor(Protocol):
@@ -86,6 +89,8 @@ class InProcessExecutor:
             return
         live = LiveRun(launch.run_id, first=launch.started)
         self.live[launch.run_id] = live
+        if launch.record is not None:
+            live.await_record(in_thread(launch.record)())
         # A fresh context: the run must not inherit the request's (asgiref's thread-sensitive
         # executor, which dies with the request).
         live.task = asyncio.create_task(self._execute(launch, live), name=f"run-{launch.run_id}",
@@ -138,6 +143,17 @@ class InProcessExecutor:
             commit = _failure_commit(launch, Run.Status.FAILED, message)
         finally:
             watcher.cancel()
+        if not await live.wait_recorded():
+            # Its rows never reached the database (run_create deferred the commit to us): the
+            # subscribers learn why; there is nothing to record the end in.
+            message = f"The run could not be recorded: {type(live.record_error).__name__}: {live.record_error}"
+            for data in (RunError(code=ErrorCode.INTERNAL_ERROR, message=message),
+                         RunEnded(status=Run.Status.FAILED, error=message, error_code=ErrorCode.INTERNAL_ERROR)):
+                live.publish(live.make(data), persist=False)
+            live.finish_unrecorded()
+            await doorbell.stop()
+            self.live.pop(launch.run_id, None)
+            return
         try:
             await live.finish(final, commit)
         except Exception:  # noqa: BLE001 - nothing may keep subscribers waiting forever

@@ -68,6 +68,7 @@ def run_create(
     options: dict[str, Any] | None = None,
     title: str | None = None,
     allow_inline_mcp: bool = False,
+    defer_commit: bool = False,
 ) -> RunCreated:
     """Validate a chat turn, choose the engine, and record the run with one commit.
 
@@ -82,6 +83,10 @@ def run_create(
             for (names of registered servers); it is replaced by the full list the policy allows.
         allow_inline_mcp: let ``mcp_servers`` carry inline specs (command/url) without the
             permission: only for a caller that is the process owner (ACP over stdio), never HTTP.
+        defer_commit: validate and prepare everything, but leave the commit to the executor
+            (``launch.record``), which runs it beside the engine's provider call, so the first
+            event does not wait on the disk; subscribers see nothing before it lands. For a
+            caller that hands the run to the executor at once (``AsyncApiView.start_stream``).
 
     Raises:
         InvalidInput: empty or oversized input, unknown engine, a malformed ``mcp_servers``.
@@ -102,30 +107,43 @@ def run_create(
         allow_inline=True if allow_inline_mcp else None)}
     if history is None:
         history = _stored_history(conversation) if conversation is not None else []
-    with transaction.atomic():
-        created = conversation is None
-        if created:
-            conversation = conversation_create(user=user, title=title or input.strip().splitlines()[0][:80], agent=agent)
-        else:
-            # The conversation's activity time (and its agent, if it had none) move with the turn.
-            conversation.agent_id = conversation.agent_id or agent.pk
-            Conversation.objects.filter(pk=conversation.pk).update(agent_id=conversation.agent_id,
-                                                                   updated_at=timezone.now())
-        run = Run.objects.create(
-            conversation=conversation, agent=agent, engine=route.engine, provider=route.provider, model=route.model,
-            route_note=route.note, status=Run.Status.RUNNING,
-            lease_expires_at=timezone.now() + timedelta(seconds=float(settings.RUN_LEASE_SECONDS)),
-        )
-        message = Message.objects.create(conversation=conversation, run=run, role=Message.Role.USER, content=input)
-        run_id = str(run.id)
-        started = RecordedEvent(run_id, 1, RunStarted(
-            run_id=run_id, conversation_id=str(conversation.id), agent_role=agent.role, engine=route.engine,
-            model=route.model, provider=route.provider, session_id=conversation.engine_session_id,
-            route_note=route.note))
-        insert_events(run_id, [started])
+    # The rows are built here and inserted by record(): now, or beside the provider call.
+    created = conversation is None
+    if created:
+        conversation = Conversation(owner=user, title=(title or input.strip().splitlines()[0][:80])[:300], agent=agent)
+    else:
+        # The conversation's activity time (and its agent, if it had none) move with the turn.
+        conversation.agent_id = conversation.agent_id or agent.pk
+    run = Run(
+        conversation=conversation, agent=agent, engine=route.engine, provider=route.provider, model=route.model,
+        route_note=route.note, status=Run.Status.RUNNING,
+        lease_expires_at=timezone.now() + timedelta(seconds=float(settings.RUN_LEASE_SECONDS)),
+    )
+    message = Message(conversation=conversation, run=run, role=Message.Role.USER, content=input)
+    run_id = str(run.id)
+    started = RecordedEvent(run_id, 1, RunStarted(
+        run_id=run_id, conversation_id=str(conversation.id), agent_role=agent.role, engine=route.engine,
+        model=route.model, provider=route.provider, session_id=conversation.engine_session_id,
+        route_note=route.note))
+
+    def record() -> None:
+        """The run's one commit: conversation, run, user message and ``agent.start``."""
+        with transaction.atomic():
+            if created:
+                conversation.save(force_insert=True)
+            else:
+                Conversation.objects.filter(pk=conversation.pk).update(agent_id=conversation.agent_id,
+                                                                       updated_at=timezone.now())
+            run.save(force_insert=True)
+            message.save(force_insert=True)
+            insert_events(run_id, [started])
+
+    if not defer_commit:
+        record()
     launch = RunLaunch(run_id=run_id, conversation_id=str(conversation.id), agent=spec, engine=route.engine,
                        model=route.model, provider=route.provider, user_input=input, history=history,
-                       session_id=conversation.engine_session_id, started=started, options=options)
+                       session_id=conversation.engine_session_id, started=started, options=options,
+                       record=record if defer_commit else None)
     return RunCreated(run=run, conversation=conversation, conversation_created=created, user_message=message,
                       launch=launch)
 

@@ -105,6 +105,9 @@ DATABASE_URL = env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 # Persistent connections are not for async code: an idle open stream must not hold one.
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend, with this process's writers queued on a lock instead of SQLite's
+    # sleeping busy handler (see orchestrator_site/db_backends/sqlite3/base.py).
+    DATABASES["default"]["ENGINE"] = "orchestrator_site.db_backends.sqlite3"
     # Concurrent runs are the normal case: WAL and a busy timeout avoid "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {

@@ -105,13 +105,15 @@ class AsyncApiView(APIView):
                after_seq: int = 0, **options: Any) -> StreamingHttpResponse:
         """A run's events (after ``after_seq``) as ``dialect_cls`` frames, until the run ends."""
         dialect = dialect_cls(run_id=run_id, conversation_id=conversation_id, after_seq=after_seq, **options)
+        subscription = get_executor().subscribe(run_id, after_seq=after_seq)
         on_abandon = None
         if dialect.cancel_on_disconnect:
             async def on_abandon() -> None:
+                await subscription.ready()  # a run whose commit is still landing is cancelled too
                 await _cancel_quietly(user=user, run_id=run_id)
 
-        frames = stream_run(dialect, get_executor().subscribe(run_id, after_seq=after_seq),
-                            ping_interval=float(settings.SSE_PING_INTERVAL), on_abandon=on_abandon)
+        frames = stream_run(dialect, subscription, ping_interval=float(settings.SSE_PING_INTERVAL),
+                            on_abandon=on_abandon)
 
         async def body():
             release_request_thread()  # the middleware is done with the response by now
