@@ -141,34 +141,32 @@ def _aware_time(ts: float) -> Any:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-_INSERT_SQL: str | None = None
+_SQL: dict[str, str] = {}
 
 
 def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
     """One statement for a batch of events (call inside a transaction, in a worker thread).
 
-    PostgreSQL gets one ``INSERT … SELECT unnest(arrays)`` (one round trip for the batch);
-    SQLite, in process, one ``executemany``.
+    PostgreSQL gets one ``COPY … FROM STDIN`` on psycopg's own cursor (rows formatted in C;
+    Django's cursor binds parameters client-side, quoting every array element in Python, which
+    cost more than the rest of a 5,000-delta stream); SQLite, in process, one ``executemany``.
     """
-    global _INSERT_SQL
     events = list(events)
     if not events:
         return
-    postgres = connection.vendor == "postgresql"
-    if _INSERT_SQL is None:
-        table = connection.ops.quote_name(RunEvent._meta.db_table)
-        _INSERT_SQL = (
-            f"INSERT INTO {table} (run_id, seq, event, at, payload) "
-            + ("SELECT %s, s, e, a, p::jsonb FROM unnest(%s::int[], %s::text[], %s::timestamptz[], %s::text[]) "
-               "AS t(s, e, a, p)" if postgres else "VALUES (%s, %s, %s, %s, %s)"))
     run_key = RunEvent._meta.get_field("run").get_db_prep_value(run_id, connection)
+    columns = "(run_id, seq, event, at, payload)"
+    if connection.vendor == "postgresql":
+        sql = _SQL.get("copy") or _SQL.setdefault(
+            "copy", f"COPY {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} FROM STDIN")
+        with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
+            for e in events:
+                copy.write_row((run_key, e.seq, e.event, _aware_time(e.ts), e.payload_json))
+        return
+    sql = _SQL.get("insert") or _SQL.setdefault(
+        "insert", f"INSERT INTO {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} VALUES (%s, %s, %s, %s, %s)")
     with connection.cursor() as cursor:
-        if postgres:
-            cursor.execute(_INSERT_SQL, [run_key, [e.seq for e in events], [e.event for e in events],
-                                         [_aware_time(e.ts) for e in events], [e.payload_json for e in events]])
-        else:
-            cursor.executemany(_INSERT_SQL, [(run_key, e.seq, e.event, _sqlite_time(e.ts), e.payload_json)
-                                             for e in events])
+        cursor.executemany(sql, [(run_key, e.seq, e.event, _sqlite_time(e.ts), e.payload_json) for e in events])
 
 
 def _write_batch(run_id: str, events: list[RecordedEvent]) -> None:
@@ -413,7 +411,7 @@ class StoredSubscription(Subscription):
                 return None
             if self._doorbell is None:
                 # Listen before reading, so a batch committed between the read and the wait rings.
-                self._doorbell = RunDoorbell(self.run_id)
+                self._doorbell = RunDoorbell(self.run_id, events=True)
                 await self._doorbell.start()
             status, batch = await in_thread(_read_after)(self.run_id, self.last)
             if batch:

@@ -116,13 +116,22 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
+elif DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
+    # Like SQLite's synchronous=NORMAL: a commit does not wait for the WAL to reach the disk
+    # (a crash of the database server may lose the last fraction of a second of commits, never
+    # corrupt them). Each commit — a run's start, every event batch, its end — otherwise waits
+    # for an fsync, and a stream's first event waits for the run's start. "on" restores it.
+    DB_SYNCHRONOUS_COMMIT = env("DB_SYNCHRONOUS_COMMIT", "off")
+    options = DATABASES["default"].setdefault("OPTIONS", {})
+    options["options"] = f"{options.get('options', '')} -c synchronous_commit={DB_SYNCHRONOUS_COMMIT}".strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-# Threads that do the database work of runs and streaming requests (on SQLite each keeps its
-# connection: the process's connection pool). Streams never hold one.
+# Threads that do the database work of runs and streaming requests; each keeps its connection:
+# the process's connection pool. Streams never hold one.
 DB_THREADS = env_int("DB_THREADS", 8)
 
 # --- Channels -------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL")
+REDIS_MAX_CONNECTIONS = env_int("REDIS_MAX_CONNECTIONS", 2000)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -130,7 +139,10 @@ if REDIS_URL:
             # redis-py 8 reads with a 5 s socket timeout by default, the same as channels-redis's
             # blocking 5 s BZPOPMIN: the receive then races its own timeout (reads fail, and a
             # message popped at the edge is lost). A longer socket timeout removes the race.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
+            # redis-py's pool refuses a command beyond max_connections (100 by default) instead
+            # of waiting: a burst of run starts (a group_add each) then lost rings.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5,
+                                  "max_connections": REDIS_MAX_CONNECTIONS}],
                        "capacity": 1000, "expiry": 60},
         }
     }
