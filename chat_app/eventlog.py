@@ -2,11 +2,12 @@
 
 A live run's events go to subscribers first (memory, no disk wait) and to the database in
 batches: on a short timer (``RUN_EVENT_FLUSH_INTERVAL``) and at once for every state change
-(``durable`` events). A batch is one ``executemany`` of pre-encoded rows in one transaction, in a
-worker thread whose database connection is closed right after, so no ORM instance is built per
-delta, the event loop never waits on the disk, and nothing holds a connection between batches.
-After each batch the run's group is rung on the channel layer, which wakes subscribers in other
-processes (they read the database; a timer re-read is only the safety net for a lost ring).
+(``durable`` events). A batch is one statement of pre-encoded rows (``executemany`` on SQLite,
+``COPY`` on PostgreSQL) in one transaction, on the database pool (see :func:`in_thread`), so no
+ORM instance is built per delta, the event loop never waits on the disk, and no stream holds a
+connection. After each batch the run's ``events`` group is rung on the channel layer, which
+wakes subscribers in other processes (they read the database; a timer re-read is only the
+safety net for a lost ring).
 
 Subscriptions hand out *batches*: everything that arrived since the subscriber last looked, so a
 slow reader catches up in one step and dialects can coalesce consecutive deltas.
@@ -14,6 +15,7 @@ slow reader catches up in one step and dialects can coalesce consecutive deltas.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -111,6 +113,48 @@ def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
         return await asyncio.get_running_loop().run_in_executor(_DB_POOL, _work, func, args, kwargs)
 
     return call
+
+
+class DeferredCommit:
+    """A run's one commit, left by ``run_create(defer_commit=True)`` to run beside its start.
+
+    :meth:`run` executes it once, in a database-pool thread: the request's burst runs it right
+    after handing its result to the event loop (same thread, no second trip through the pool's
+    queue, where it would wait behind every other request's burst). :meth:`wait` is what the
+    executor awaits; it runs the commit itself if nobody has started it.
+    """
+
+    def __init__(self, commit: Callable[[], None]):
+        self._commit = commit
+        self._lock = threading.Lock()
+        self._started = False
+        self._outcome: concurrent.futures.Future = concurrent.futures.Future()
+
+    def claim(self) -> bool:
+        """Take the commit on (True once): the caller then runs it with :meth:`run_claimed`."""
+        with self._lock:
+            if self._started:
+                return False
+            self._started = True
+            return True
+
+    def run(self) -> None:
+        if self.claim():
+            self.run_claimed()
+
+    def run_claimed(self) -> None:
+        try:
+            self._commit()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the commit
+            self._outcome.set_exception(exc)
+        else:
+            self._outcome.set_result(None)
+
+    async def wait(self) -> None:
+        """Until committed; raises what the commit raised."""
+        if not self._started:
+            await in_thread(self.run)()
+        await asyncio.wrap_future(self._outcome)
 
 
 def close_pool_connections(timeout: float = 10.0) -> None:

@@ -21,7 +21,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db.models import Q
@@ -35,7 +35,7 @@ from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, Ru
                          ToolStatus)
 from tools_app.runner import ToolRunner
 
-from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread
+from .eventlog import DeferredCommit, LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread
 from .models import Conversation, Message, Run
 
 logger = logging.getLogger("orchestrator.runs")
@@ -63,7 +63,7 @@ class RunLaunch:
     options: dict[str, Any] = field(default_factory=dict)
     # The run's commit when run_create(defer_commit=True) left it to the executor: it runs on the
     # database pool beside the engine's start; batches, the end and subscribers wait for it.
-    record: Callable[[], None] | None = None
+    record: DeferredCommit | None = None
 
 
 class RunExecutor(Protocol):
@@ -90,7 +90,7 @@ class InProcessExecutor:
         live = LiveRun(launch.run_id, first=launch.started)
         self.live[launch.run_id] = live
         if launch.record is not None:
-            live.await_record(in_thread(launch.record)())
+            live.await_record(launch.record.wait())
         # A fresh context: the run must not inherit the request's (asgiref's thread-sensitive
         # executor, which dies with the request).
         live.task = asyncio.create_task(self._execute(launch, live), name=f"run-{launch.run_id}",
