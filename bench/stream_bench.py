@@ -28,7 +28,9 @@ What is measured, for each server:
 3. Time to first text delta (first ``content_delta`` / first non-empty ``agent.delta``, not
    ``conversation.created`` or ``agent.start``) from just before the TCP connect, p50 and p95, at
    concurrency 1, 10 and 50: rounds of c requests sent at once (so p50 grows with what the server
-   spends starting each stream); the upstream sends a delta at once, then 19 more at 100/s.
+   spends starting each stream); the upstream sends a delta at once, then 19 more at 100/s. Beside
+   it, the server's CPU per stream across those rounds (from the requests to their ends): on two
+   cores, what the server spends per stream is what the later streams of a round wait for.
 4. Idle streams: N streams (default 2,000) whose upstream sends ``message_start`` and then
    nothing, opened with at most 100 waiting for their first byte at a time. Established = first
    response byte received, within a bounded window; "stalled at N" when no stream got its first
@@ -564,18 +566,20 @@ def percentile(values: list[float], q: float) -> float:
 async def first_delta_times(target: Target, concurrency: int, rounds: int, problems: list[str]) -> dict:
     """Rounds of ``concurrency`` requests sent at once; the next round when all have ended and the server is idle."""
     results: list[Stream] = []
-    wall = 0.0
+    wall = cpu = 0.0
     for _ in range(rounds):
         await wait_quiet([target.pid])
-        started = time.perf_counter()
+        started, cpu0 = time.perf_counter(), cpu_seconds(target.pid)
         results += await asyncio.gather(*(stream(target, RATE_MODEL, Stream(), timeout=20) for _ in range(concurrency)))
         wall += time.perf_counter() - started
+        cpu += cpu_seconds(target.pid) - cpu0
     for i, result in enumerate(results):
         verify(target, result, RATE_DELTAS, f"first delta at c={concurrency}, stream {i + 1}", problems)
     times = [(r.first_text - r.t0) * 1000 for r in results if r.first_text]
     if not times:
         return {"n": 0}
-    return {"n": len(times), "p50": percentile(times, 0.50), "p95": percentile(times, 0.95), "max": max(times), "wall": wall}
+    return {"n": len(times), "p50": percentile(times, 0.50), "p95": percentile(times, 0.95), "max": max(times), "wall": wall,
+            "cpu_ms": cpu / len(results) * 1000}
 
 
 async def idle_streams(target: Target, plan: Plan, pg: Postgres | None) -> dict:
@@ -726,6 +730,7 @@ def build_table(targets: list[Target], figures: dict[str, dict], plan: Plan) -> 
         test, text = ((ok(lambda v, b: v <= b + 2), "≤ bare + 2 ms") if c == 1 else (ok(lambda v, b: v <= 1.25 * b), "≤ 1.25× bare"))
         row(f"time to first text delta, c={c}, p50 ms", lambda f, c=c: f["ttfe"][c].get("p50"), 1, test=test, target_text=text)
         row(f"time to first text delta, c={c}, p95 ms", lambda f, c=c: f["ttfe"][c].get("p95"), 1)
+        row(f"server CPU per stream at c={c} (start to end, 20 deltas), ms", lambda f, c=c: f["ttfe"][c].get("cpu_ms"), 2)
     n = plan.idle
 
     def established(value, key):
@@ -810,7 +815,8 @@ def write_results(path: Path, *, label: str, started: datetime.datetime, seconds
             t = f["ttfe"][c]
             if t.get("n"):
                 lines.append(f"- first text delta at c={c}: {t['n']} streams ({per} rounds) in {t['wall']:.1f} s; "
-                             f"p50 {t['p50']:.1f} ms, p95 {t['p95']:.1f} ms, max {t['max']:.1f} ms")
+                             f"p50 {t['p50']:.1f} ms, p95 {t['p95']:.1f} ms, max {t['max']:.1f} ms; "
+                             f"server CPU {t['cpu_ms']:.2f} ms per stream")
         if idle:
             db = ""
             if target.sqlite_file is not None:

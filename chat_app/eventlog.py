@@ -2,11 +2,12 @@
 
 A live run's events go to subscribers first (memory, no disk wait) and to the database in
 batches: on a short timer (``RUN_EVENT_FLUSH_INTERVAL``) and at once for every state change
-(``durable`` events). A batch is one ``executemany`` of pre-encoded rows in one transaction, in a
-worker thread whose database connection is closed right after, so no ORM instance is built per
-delta, the event loop never waits on the disk, and nothing holds a connection between batches.
-After each batch the run's group is rung on the channel layer, which wakes subscribers in other
-processes (they read the database; a timer re-read is only the safety net for a lost ring).
+(``durable`` events). A batch is one statement of pre-encoded rows (``executemany`` on SQLite,
+``COPY`` on PostgreSQL) in one transaction, on the database pool (see :func:`in_thread`), so no
+ORM instance is built per delta, the event loop never waits on the disk, and no stream holds a
+connection. After each batch the run's ``events`` group is rung on the channel layer, which
+wakes subscribers in other processes (they read the database; a timer re-read is only the
+safety net for a lost ring).
 
 Subscriptions hand out *batches*: everything that arrived since the subscriber last looked, so a
 slow reader catches up in one step and dialects can coalesce consecutive deltas.
@@ -14,8 +15,10 @@ slow reader catches up in one step and dialects can coalesce consecutive deltas.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
@@ -36,9 +39,15 @@ SAFETY_NET_SECONDS = 5.0
 
 # Blocking database work runs here: a small, fixed pool whose threads keep their connection.
 _DB_POOL = ThreadPoolExecutor(max_workers=int(getattr(settings, "DB_THREADS", 8)), thread_name_prefix="orchestrator-db")
+# A pool thread's connection idle longer than this is checked (a round trip) before it is used.
+HEALTH_CHECK_AFTER = 10.0
+_local = threading.local()
 
 
 def _work(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    server = connection.vendor != "sqlite"
+    if server and connection.connection is not None:
+        _check_kept(server)
     try:
         return func(*args, **kwargs)
     except Exception:
@@ -46,27 +55,106 @@ def _work(func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             connection.close()
         raise
     finally:
-        if connection.vendor != "sqlite":
-            connection.close()  # a server database: no session stays open between calls
+        if server:
+            _leave_idle()
+
+
+def _check_kept(server: bool) -> None:
+    # Django's own close_if_unusable_or_obsolete would close it: CONN_MAX_AGE is 0 for request
+    # threads. A pool thread keeps its connection; one idle for a while (a database restart, a
+    # server-side idle timeout) is checked before use instead of failing the caller's query.
+    if time.monotonic() - getattr(_local, "used", 0.0) > HEALTH_CHECK_AFTER and not connection.is_usable():
+        connection.close()
+
+
+def _leave_idle() -> None:
+    """After every call: the kept connection is in autocommit with no transaction open.
+
+    Django's atomic blocks always end (commit or rollback) before the call returns, and every
+    statement outside one commits on its own; this is the check that no code path left a
+    session "idle in transaction" (holding locks a TRUNCATE or a migration would wait on).
+    """
+    _local.used = time.monotonic()
+    raw = connection.connection
+    if raw is None:
+        return
+    if connection.in_atomic_block or not connection.get_autocommit() or _in_transaction(raw):
+        logger.warning("a database-pool call left a transaction open; closing its connection", stack_info=True)
+        connection.close()
+    else:
+        connection.close_at = None  # kept: see _check_kept
+
+
+def _in_transaction(raw: Any) -> bool:
+    try:
+        from psycopg.pq import TransactionStatus
+    except ImportError:  # pragma: no cover - another server backend: trust Django's bookkeeping
+        return False
+    return raw.info.transaction_status != TransactionStatus.IDLE
 
 
 def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
     """Run blocking database work on the database pool, not on asgiref's one shared ORM thread,
     so concurrent requests do not queue behind each other.
 
-    The pool is small and fixed (``DB_THREADS``). On SQLite each of its threads keeps its
-    connection between calls, so the thread pool *is* the connection pool (opening and closing
-    one per call would cost more than the work: closing SQLite's last WAL connection checkpoints
-    the log). On a database server (PostgreSQL) each call closes its connection: nothing stays
-    open, or in a transaction, between calls. Either way no stream, idle or not, holds one. A connection left unusable by an error, or inside a
-    broken transaction, is closed. Context variables are not carried over (Django's connections
-    are per thread; nothing here reads request context), which keeps a call cheap.
+    The pool is small and fixed (``DB_THREADS``) and each of its threads keeps its connection
+    between calls: the thread pool *is* the connection pool. On SQLite opening and closing one
+    per call would cost more than the work (closing SQLite's last WAL connection checkpoints the
+    log); on PostgreSQL a new connection per call costs a server process fork and an
+    authentication round trip, more than most calls. A kept PostgreSQL connection is in
+    autocommit and is checked after every call to hold no open transaction (else it is closed),
+    and before use when it was idle for a while. No stream, idle or not, holds one. A connection
+    left unusable by an error, or inside a broken transaction, is closed. Context variables are
+    not carried over (Django's connections are per thread; nothing here reads request context),
+    which keeps a call cheap.
     """
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(_DB_POOL, _work, func, args, kwargs)
 
     return call
+
+
+class DeferredCommit:
+    """A run's one commit, left by ``run_create(defer_commit=True)`` to run beside its start.
+
+    :meth:`run` executes it once, in a database-pool thread: the request's burst runs it right
+    after handing its result to the event loop (same thread, no second trip through the pool's
+    queue, where it would wait behind every other request's burst). :meth:`wait` is what the
+    executor awaits; it runs the commit itself if nobody has started it.
+    """
+
+    def __init__(self, commit: Callable[[], None]):
+        self._commit = commit
+        self._lock = threading.Lock()
+        self._started = False
+        self._outcome: concurrent.futures.Future = concurrent.futures.Future()
+
+    def claim(self) -> bool:
+        """Take the commit on (True once): the caller then runs it with :meth:`run_claimed`."""
+        with self._lock:
+            if self._started:
+                return False
+            self._started = True
+            return True
+
+    def run(self) -> None:
+        if self.claim():
+            self.run_claimed()
+
+    def run_claimed(self) -> None:
+        try:
+            self._commit()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the commit
+            self._outcome.set_exception(exc)
+        else:
+            self._outcome.set_result(None)
+
+    async def wait(self) -> None:
+        """Until committed; raises what the commit raised."""
+        if not self._started:
+            await in_thread(self.run)()
+        await asyncio.wrap_future(self._outcome)
 
 
 def close_pool_connections(timeout: float = 10.0) -> None:
@@ -97,34 +185,32 @@ def _aware_time(ts: float) -> Any:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-_INSERT_SQL: str | None = None
+_SQL: dict[str, str] = {}
 
 
 def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
     """One statement for a batch of events (call inside a transaction, in a worker thread).
 
-    PostgreSQL gets one ``INSERT … SELECT unnest(arrays)`` (one round trip for the batch);
-    SQLite, in process, one ``executemany``.
+    PostgreSQL gets one ``COPY … FROM STDIN`` on psycopg's own cursor (rows formatted in C;
+    Django's cursor binds parameters client-side, quoting every array element in Python, which
+    cost more than the rest of a 5,000-delta stream); SQLite, in process, one ``executemany``.
     """
-    global _INSERT_SQL
     events = list(events)
     if not events:
         return
-    postgres = connection.vendor == "postgresql"
-    if _INSERT_SQL is None:
-        table = connection.ops.quote_name(RunEvent._meta.db_table)
-        _INSERT_SQL = (
-            f"INSERT INTO {table} (run_id, seq, event, at, payload) "
-            + ("SELECT %s, s, e, a, p::jsonb FROM unnest(%s::int[], %s::text[], %s::timestamptz[], %s::text[]) "
-               "AS t(s, e, a, p)" if postgres else "VALUES (%s, %s, %s, %s, %s)"))
     run_key = RunEvent._meta.get_field("run").get_db_prep_value(run_id, connection)
+    columns = "(run_id, seq, event, at, payload)"
+    if connection.vendor == "postgresql":
+        sql = _SQL.get("copy") or _SQL.setdefault(
+            "copy", f"COPY {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} FROM STDIN")
+        with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
+            for e in events:
+                copy.write_row((run_key, e.seq, e.event, _aware_time(e.ts), e.payload_json))
+        return
+    sql = _SQL.get("insert") or _SQL.setdefault(
+        "insert", f"INSERT INTO {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} VALUES (%s, %s, %s, %s, %s)")
     with connection.cursor() as cursor:
-        if postgres:
-            cursor.execute(_INSERT_SQL, [run_key, [e.seq for e in events], [e.event for e in events],
-                                         [_aware_time(e.ts) for e in events], [e.payload_json for e in events]])
-        else:
-            cursor.executemany(_INSERT_SQL, [(run_key, e.seq, e.event, _sqlite_time(e.ts), e.payload_json)
-                                             for e in events])
+        cursor.executemany(sql, [(run_key, e.seq, e.event, _sqlite_time(e.ts), e.payload_json) for e in events])
 
 
 def _write_batch(run_id: str, events: list[RecordedEvent]) -> None:
@@ -150,9 +236,35 @@ class LiveRun:
         self._pending: list[RecordedEvent] = []
         self._flush_lock = asyncio.Lock()
         self._flush_handle: asyncio.TimerHandle | None = None
+        # The run's own commit, when the executor runs it beside the engine's start (see
+        # await_record): nothing is written, and no subscriber reads, before it lands.
+        self.recorded: asyncio.Future | None = None
+        self.record_error: BaseException | None = None
         if first is not None:
             self.events.append(first)  # recorded with the run itself
             self._next_seq = first.seq + 1
+
+    # --- the run's own commit ------------------------------------------------------------------
+    def await_record(self, commit: Any) -> None:
+        """Run ``commit`` (an awaitable: the run's rows) now; see :meth:`wait_recorded`."""
+        self.recorded = asyncio.ensure_future(commit)
+        self.recorded.add_done_callback(self._recorded)
+
+    def _recorded(self, future: asyncio.Future) -> None:
+        error = asyncio.CancelledError() if future.cancelled() else future.exception()
+        if error is not None:
+            self.record_error = error
+            logger.error("recording run %s failed; ending it", self.run_id, exc_info=error)
+            self.request_cancel()
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    async def wait_recorded(self) -> bool:
+        """Until the run's rows are committed; False when that failed (the run exists nowhere)."""
+        if self.recorded is not None and not self.recorded.done():
+            await asyncio.wait({self.recorded})  # a cancelled waiter leaves the commit running
+        return self.record_error is None
 
     # --- producing ---------------------------------------------------------------------------
     def make(self, data: RunEventBase) -> RecordedEvent:
@@ -192,6 +304,9 @@ class LiveRun:
                 self._flush_handle = None
             if not self._pending:
                 return
+            if not await self.wait_recorded():
+                self._pending = []  # the run has no rows to add events to; subscribers had them
+                return
             batch, self._pending = self._pending, []
             await in_thread(_write_batch)(self.run_id, batch)
         await ring(self.run_id, "events")
@@ -226,6 +341,12 @@ class LiveRun:
             self._waiter = None
         return ok
 
+    def finish_unrecorded(self) -> None:
+        self.done = True
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
     def request_cancel(self) -> None:
         self.cancel_requested = True
         if self.cancellable and self.task is not None and not self.task.done():
@@ -257,6 +378,10 @@ class Subscription:
     async def close(self) -> None:
         return None
 
+    async def ready(self) -> None:
+        """Until the run can be read (its own commit landed, for a run started with it deferred)."""
+        return None
+
     def __aiter__(self):
         return self._iterate()
 
@@ -273,9 +398,20 @@ class LiveSubscription(Subscription):
     def __init__(self, live: LiveRun, after_seq: int = 0):
         self.live = live
         self.index = max(0, after_seq - live.first_seq + 1)
+        self._ready = live.recorded is None
+
+    async def ready(self) -> None:
+        await self.live.wait_recorded()
+        self._ready = True
 
     async def next(self, deadline: float | None = None) -> list[RecordedEvent] | None:
         live = self.live
+        if not self._ready:  # nobody sees a run before it exists in the database
+            if deadline is None:
+                await self.ready()
+            else:
+                async with asyncio.timeout_at(deadline):
+                    await self.ready()
         while True:
             if self.index < len(live.events):
                 batch = live.events[self.index:]
@@ -319,7 +455,7 @@ class StoredSubscription(Subscription):
                 return None
             if self._doorbell is None:
                 # Listen before reading, so a batch committed between the read and the wait rings.
-                self._doorbell = RunDoorbell(self.run_id)
+                self._doorbell = RunDoorbell(self.run_id, events=True)
                 await self._doorbell.start()
             status, batch = await in_thread(_read_after)(self.run_id, self.last)
             if batch:

@@ -35,7 +35,7 @@ from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, Ru
                          ToolStatus)
 from tools_app.runner import ToolRunner
 
-from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread
+from .eventlog import DeferredCommit, LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread
 from .failover import engine_attempts
 from .models import Conversation, Message, Run
 from .usage import run_cost_fields
@@ -64,6 +64,9 @@ class RunLaunch:
     started: RecordedEvent  # agent.start, seq 1, committed with the run
     options: dict[str, Any] = field(default_factory=dict)
     route: Any = None  # the router's Route: candidates for failover (chat_app/failover.py)
+    # The run's commit when run_create(defer_commit=True) left it to the executor: it runs on the
+    # database pool beside the engine's start; batches, the end and subscribers wait for it.
+    record: DeferredCommit | None = None
 
 
 class RunExecutor(Protocol):
@@ -89,6 +92,8 @@ class InProcessExecutor:
             return
         live = LiveRun(launch.run_id, first=launch.started)
         self.live[launch.run_id] = live
+        if launch.record is not None:
+            live.await_record(launch.record.wait())
         # A fresh context: the run must not inherit the request's (asgiref's thread-sensitive
         # executor, which dies with the request).
         live.task = asyncio.create_task(self._execute(launch, live), name=f"run-{launch.run_id}",
@@ -141,6 +146,17 @@ class InProcessExecutor:
             commit = _failure_commit(launch, Run.Status.FAILED, message)
         finally:
             watcher.cancel()
+        if not await live.wait_recorded():
+            # Its rows never reached the database (run_create deferred the commit to us): the
+            # subscribers learn why; there is nothing to record the end in.
+            message = f"The run could not be recorded: {type(live.record_error).__name__}: {live.record_error}"
+            for data in (RunError(code=ErrorCode.INTERNAL_ERROR, message=message),
+                         RunEnded(status=Run.Status.FAILED, error=message, error_code=ErrorCode.INTERNAL_ERROR)):
+                live.publish(live.make(data), persist=False)
+            live.finish_unrecorded()
+            await doorbell.stop()
+            self.live.pop(launch.run_id, None)
+            return
         try:
             await live.finish(final, commit)
         except Exception:  # noqa: BLE001 - nothing may keep subscribers waiting forever

@@ -5,9 +5,13 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator_site.settings")
+get_asgi_application()  # django.setup(), before the handler below imports its dependencies
+
+from orchestrator_site.asgi_handler import OrchestratorASGIHandler  # noqa: E402
+
 # Static files (admin, the offline Swagger UI assets, the chat page) are served by the app itself
 # so the two-command quick start needs no web server or collectstatic step.
-django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
+django_asgi_app = ASGIStaticFilesHandler(OrchestratorASGIHandler())
 
 # Under ASGI each request's sync work runs on threads of its own (and the database work of runs
 # and streams on the database pool, which manages its connections), so closing "old" connections

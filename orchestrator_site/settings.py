@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -105,6 +106,9 @@ DATABASE_URL = env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 # Persistent connections are not for async code: an idle open stream must not hold one.
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend, with this process's writers queued on a lock instead of SQLite's
+    # sleeping busy handler (see orchestrator_site/db_backends/sqlite3/base.py).
+    DATABASES["default"]["ENGINE"] = "orchestrator_site.db_backends.sqlite3"
     # Concurrent runs are the normal case: WAL and a busy timeout avoid "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
@@ -113,13 +117,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
+elif DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
+    # A commit waits for its WAL to reach the disk by default (a production database keeps what it
+    # acknowledged). "off" trades that for latency, like SQLite's synchronous=NORMAL: a crash of
+    # the database server may then lose the last fraction of a second of commits (never corrupt).
+    DB_SYNCHRONOUS_COMMIT = env("DB_SYNCHRONOUS_COMMIT", "on").strip().lower()
+    if DB_SYNCHRONOUS_COMMIT not in {"on", "off", "local", "remote_write", "remote_apply"}:
+        raise ImproperlyConfigured(
+            f"DB_SYNCHRONOUS_COMMIT={DB_SYNCHRONOUS_COMMIT!r}: use on, off, local, remote_write or remote_apply.")
+    options = DATABASES["default"].setdefault("OPTIONS", {})
+    options["options"] = f"{options.get('options', '')} -c synchronous_commit={DB_SYNCHRONOUS_COMMIT}".strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-# Threads that do the database work of runs and streaming requests (on SQLite each keeps its
-# connection: the process's connection pool). Streams never hold one.
+# Threads that do the database work of runs and streaming requests; each keeps its connection:
+# the process's connection pool. Streams never hold one.
 DB_THREADS = env_int("DB_THREADS", 8)
 
 # --- Channels -------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL")
+REDIS_MAX_CONNECTIONS = env_int("REDIS_MAX_CONNECTIONS", 2000)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -127,7 +142,10 @@ if REDIS_URL:
             # redis-py 8 reads with a 5 s socket timeout by default, the same as channels-redis's
             # blocking 5 s BZPOPMIN: the receive then races its own timeout (reads fail, and a
             # message popped at the edge is lost). A longer socket timeout removes the race.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
+            # redis-py's pool refuses a command beyond max_connections (100 by default) instead
+            # of waiting: a burst of run starts (a group_add each) then lost rings.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5,
+                                  "max_connections": REDIS_MAX_CONNECTIONS}],
                        "capacity": 1000, "expiry": 60},
         }
     }

@@ -110,7 +110,7 @@ class AgentChatApi(AsyncApiView):
         return dialect, services.run_create(
             user=request.user, input=serializer.validated_data["input"], conversation_id=data.get("conversationId"),
             agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"),
-            provider=data.get("provider"))
+            provider=data.get("provider"), defer_commit=True)
 
     def _ai_sdk_request(self, request: Request, body: dict[str, Any]) -> Any:
         ui = vercel_ai.parse_chat_request(body)
@@ -131,7 +131,7 @@ class AgentChatApi(AsyncApiView):
             history = ui.history or None
         return services.run_create(user=request.user, input=ui.input, conversation_id=conversation_id,
                                    history=history, agent_role=data.get("agentRole"), engine=data.get("engine"),
-                                   model=data.get("model"), provider=data.get("provider"))
+                                   model=data.get("model"), provider=data.get("provider"), defer_commit=True)
 
     @staticmethod
     def _decide(request: Request, ui: vercel_ai.UiChatRequest) -> dict[str, Any]:

@@ -142,5 +142,5 @@ class AssistantUiChatApi(AsyncApiView):
         return services.run_create(
             user=request.user, input=text, agent_role=CHAT_AGENT_ROLE,
             conversation_id=str(conversation_id) if conversation_id else None,
-            history=None if conversation_id else history,
+            history=None if conversation_id else history, defer_commit=True,
         )

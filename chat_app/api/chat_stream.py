@@ -84,4 +84,4 @@ class ChatStreamApi(AsyncApiView):
     def _create(request: Request) -> services.RunCreated:
         data = chat_input_validate(request.data)
         return services.run_create(user=request.user, input=data["message"], agent_role=data["agent_role"],
-                                   history=data["conversation_history"])
+                                   history=data["conversation_history"], defer_commit=True)

@@ -76,4 +76,4 @@ class ConversationMessageStreamApi(AsyncApiView):
         if serializer.validated_data.get("mcpServers"):
             options["mcp_servers"] = serializer.validated_data["mcpServers"]
         return request.user, services.run_create(user=request.user, input=serializer.validated_data["content"],
-                                                 conversation_id=conversation_id, options=options)
+                                                 conversation_id=conversation_id, options=options, defer_commit=True)

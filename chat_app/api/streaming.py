@@ -13,6 +13,7 @@ through :func:`chat_app.transports.stream_run` (pings, resume, coalescing, disco
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import aclosing
 from types import SimpleNamespace
@@ -97,21 +98,48 @@ class AsyncApiView(APIView):
         return drf_request
 
     async def burst(self, work: Callable[..., Any], request: HttpRequest) -> Any:
-        """Run ``work(drf_request)`` after authentication, in one worker-thread call."""
-        return await in_thread(lambda: work(self.authenticated(request)))()
+        """Run ``work(drf_request)`` after authentication, in one worker-thread call.
+
+        When the outcome holds a run whose commit was deferred (``run_create(defer_commit=True)``)
+        the outcome is handed to the event loop first — the engine starts — and the same thread
+        then runs the commit.
+        """
+        loop = asyncio.get_running_loop()
+        handed: asyncio.Future = loop.create_future()
+
+        def hand(outcome: Any) -> None:
+            if not handed.done():
+                handed.set_result(outcome)
+
+        def call() -> Any:
+            outcome = work(self.authenticated(request))
+            created = _run_created_in(outcome)
+            if created is not None and created.launch.record is not None and created.launch.record.claim():
+                loop.call_soon_threadsafe(hand, outcome)
+                created.launch.record.run_claimed()
+            return outcome
+
+        whole = asyncio.ensure_future(in_thread(call)())
+        await asyncio.wait({handed, whole}, return_when=asyncio.FIRST_COMPLETED)
+        if handed.done():
+            whole.add_done_callback(_retrieve)
+            return handed.result()
+        return whole.result()
 
     # --- streaming ---------------------------------------------------------------------------
     def stream(self, dialect_cls: type[Dialect], *, run_id: str, conversation_id: str, user: Any = None,
                after_seq: int = 0, **options: Any) -> StreamingHttpResponse:
         """A run's events (after ``after_seq``) as ``dialect_cls`` frames, until the run ends."""
         dialect = dialect_cls(run_id=run_id, conversation_id=conversation_id, after_seq=after_seq, **options)
+        subscription = get_executor().subscribe(run_id, after_seq=after_seq)
         on_abandon = None
         if dialect.cancel_on_disconnect:
             async def on_abandon() -> None:
+                await subscription.ready()  # a run whose commit is still landing is cancelled too
                 await _cancel_quietly(user=user, run_id=run_id)
 
-        frames = stream_run(dialect, get_executor().subscribe(run_id, after_seq=after_seq),
-                            ping_interval=float(settings.SSE_PING_INTERVAL), on_abandon=on_abandon)
+        frames = stream_run(dialect, subscription, ping_interval=float(settings.SSE_PING_INTERVAL),
+                            on_abandon=on_abandon)
 
         async def body():
             release_request_thread()  # the middleware is done with the response by now
@@ -149,6 +177,18 @@ class AsyncApiView(APIView):
             if handled.has_header(key):
                 response[key] = handled[key]
         return response
+
+
+def _run_created_in(outcome: Any) -> "services.RunCreated | None":
+    for item in outcome if isinstance(outcome, tuple) else (outcome,):
+        if isinstance(item, services.RunCreated):
+            return item
+    return None
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:  # the commit's own failure is the run's
+        logger.debug("burst thread ended with an error after handing over", exc_info=future.exception())
 
 
 def release_request_thread() -> None:

@@ -144,6 +144,11 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
     loop = asyncio.get_running_loop()
     ended = False
     try:
+        # Nothing goes out (not even the headers, which carry the run's id) before the run
+        # exists in the database, so whatever the client does with the id next finds it.
+        ready = getattr(subscription, "ready", None)
+        if ready is not None:
+            await ready()
         opening = dialect.opening()
         if opening:
             yield opening

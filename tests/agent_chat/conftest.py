@@ -228,9 +228,9 @@ class AsgiClient:
     disconnect as ``http.disconnect``), unlike django.test.AsyncClient, which shares one thread."""
 
     def __init__(self):
-        from django.core.handlers.asgi import ASGIHandler
+        from orchestrator_site.asgi_handler import OrchestratorASGIHandler
 
-        self.app = ASGIHandler()
+        self.app = OrchestratorASGIHandler()
 
     async def request(self, method: str, path: str, *, body: bytes = b"", headers: dict[str, str] | None = None,
                       read: bool = True) -> AsgiResponse:
