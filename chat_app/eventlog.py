@@ -3,9 +3,9 @@
 A live run's events go to subscribers first (memory, no disk wait) and to the database in
 batches: on a short timer (``RUN_EVENT_FLUSH_INTERVAL``) and at once for every state change
 (``durable`` events). A batch is one statement of pre-encoded rows (``executemany`` on SQLite,
-``COPY`` on PostgreSQL) in one transaction, on the database pool (see :func:`in_thread`), so no
-ORM instance is built per delta, the event loop never waits on the disk, and no stream holds a
-connection. After each batch the run's ``events`` group is rung on the channel layer, which
+``COPY`` on PostgreSQL), written by the group-commit writer (``chat_app/group_commit.py``) in its
+next transaction together with every other run's writes, so no ORM instance is built per delta,
+the event loop never waits on the disk, and no stream holds a connection. After each batch the run's ``events`` group is rung on the channel layer, which
 wakes subscribers in other processes (they read the database; a timer re-read is only the
 safety net for a lost ring).
 
@@ -15,7 +15,6 @@ slow reader catches up in one step and dialects can coalesce consecutive deltas.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import threading
 import time
@@ -29,6 +28,7 @@ from django.db import connection, connections, transaction
 from core.doorbell import RunDoorbell, ring
 from core.events import RecordedEvent, RunEventBase
 
+from .group_commit import WRITER
 from .models import Run, RunEvent
 
 logger = logging.getLogger("orchestrator.runs")
@@ -115,48 +115,6 @@ def in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-class DeferredCommit:
-    """A run's one commit, left by ``run_create(defer_commit=True)`` to run beside its start.
-
-    :meth:`run` executes it once, in a database-pool thread: the request's burst runs it right
-    after handing its result to the event loop (same thread, no second trip through the pool's
-    queue, where it would wait behind every other request's burst). :meth:`wait` is what the
-    executor awaits; it runs the commit itself if nobody has started it.
-    """
-
-    def __init__(self, commit: Callable[[], None]):
-        self._commit = commit
-        self._lock = threading.Lock()
-        self._started = False
-        self._outcome: concurrent.futures.Future = concurrent.futures.Future()
-
-    def claim(self) -> bool:
-        """Take the commit on (True once): the caller then runs it with :meth:`run_claimed`."""
-        with self._lock:
-            if self._started:
-                return False
-            self._started = True
-            return True
-
-    def run(self) -> None:
-        if self.claim():
-            self.run_claimed()
-
-    def run_claimed(self) -> None:
-        try:
-            self._commit()
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the commit
-            self._outcome.set_exception(exc)
-        else:
-            self._outcome.set_result(None)
-
-    async def wait(self) -> None:
-        """Until committed; raises what the commit raised."""
-        if not self._started:
-            await in_thread(self.run)()
-        await asyncio.wrap_future(self._outcome)
-
-
 def close_pool_connections(timeout: float = 10.0) -> None:
     """Close the connection of every database-pool thread (tests, before dropping a database)."""
     workers = _DB_POOL._max_workers
@@ -173,6 +131,9 @@ def close_pool_connections(timeout: float = 10.0) -> None:
 
     for future in [_DB_POOL.submit(close) for _ in range(workers)]:
         future.result(timeout=timeout + 1)
+    from .group_commit import close_writer_connection
+
+    close_writer_connection(timeout)
 
 
 def _sqlite_time(ts: float) -> str:
@@ -214,7 +175,12 @@ def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
 
 
 def _write_batch(run_id: str, events: list[RecordedEvent]) -> None:
-    with transaction.atomic():
+    insert_events(run_id, events)
+
+
+def _write_batches(batches: list[tuple[str, list[RecordedEvent]]]) -> None:
+    """Several runs' batches in one group commit (see ``chat_app.group_commit``)."""
+    for run_id, events in batches:
         insert_events(run_id, events)
 
 
@@ -308,7 +274,7 @@ class LiveRun:
                 self._pending = []  # the run has no rows to add events to; subscribers had them
                 return
             batch, self._pending = self._pending, []
-            await in_thread(_write_batch)(self.run_id, batch)
+            await WRITER.write(_write_batch, self.run_id, batch, merge=_write_batches)
         await ring(self.run_id, "events")
 
     async def finish(self, final: list[RunEventBase], commit: Callable[[list[RecordedEvent]], bool]) -> bool:
@@ -322,15 +288,15 @@ class LiveRun:
         recorded = [self.make(data) for data in final]
 
         def write() -> bool:
-            with transaction.atomic():
-                insert_events(self.run_id, recorded)
-                if not commit(recorded):
-                    transaction.set_rollback(True)
-                    return False
+            # In its own savepoint of the writer's transaction (chat_app.group_commit).
+            insert_events(self.run_id, recorded)
+            if not commit(recorded):
+                transaction.set_rollback(True)
+                return False
             return True
 
         async with self._flush_lock:
-            ok = await in_thread(write)()
+            ok = await WRITER.write(write)
         if ok:
             for item in recorded:
                 self.publish(item, persist=False)

@@ -35,7 +35,8 @@ from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, Ru
                          ToolStatus)
 from tools_app.runner import ToolRunner
 
-from .eventlog import DeferredCommit, LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread
+from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread, insert_events
+from .group_commit import WRITER
 from .failover import engine_attempts
 from .models import Conversation, Message, Run
 from .usage import run_cost_fields
@@ -45,6 +46,46 @@ logger = logging.getLogger("orchestrator.runs")
 # How long a finished run stays in memory for late subscribers before they read the database.
 LINGER_SECONDS = 30.0
 _ACTIVE = (Run.Status.QUEUED, Run.Status.RUNNING)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's start rows, built by ``run_create``: the conversation (new, or its activity
+    time), the run, the user message and ``agent.start``. Written by :func:`record_run` (or,
+    for many runs at once, :func:`record_runs`) in one transaction."""
+
+    conversation: Conversation
+    conversation_created: bool
+    run: Run
+    message: Message
+    started: RecordedEvent
+
+
+def record_run(record: RunRecord) -> None:
+    """Insert one run's start rows (call inside a transaction)."""
+    conversation = record.conversation
+    if record.conversation_created:
+        conversation.save(force_insert=True)
+    else:
+        Conversation.objects.filter(pk=conversation.pk).update(agent_id=conversation.agent_id,
+                                                               updated_at=timezone.now())
+    record.run.save(force_insert=True)
+    record.message.save(force_insert=True)
+    insert_events(str(record.run.id), [record.started])
+
+
+def record_runs(jobs: list[tuple[RunRecord]]) -> None:
+    """Many runs' start rows at once: one multi-row insert per table (the group commit's merge)."""
+    records = [job[0] for job in jobs]
+    Conversation.objects.bulk_create([r.conversation for r in records if r.conversation_created])
+    now = timezone.now()
+    for r in records:
+        if not r.conversation_created:
+            Conversation.objects.filter(pk=r.conversation.pk).update(agent_id=r.conversation.agent_id, updated_at=now)
+    Run.objects.bulk_create([r.run for r in records])
+    Message.objects.bulk_create([r.message for r in records])
+    for r in records:
+        insert_events(str(r.run.id), [r.started])
 
 
 @dataclass(frozen=True)
@@ -64,9 +105,10 @@ class RunLaunch:
     started: RecordedEvent  # agent.start, seq 1, committed with the run
     options: dict[str, Any] = field(default_factory=dict)
     route: Any = None  # the router's Route: candidates for failover (chat_app/failover.py)
-    # The run's commit when run_create(defer_commit=True) left it to the executor: it runs on the
-    # database pool beside the engine's start; batches, the end and subscribers wait for it.
-    record: DeferredCommit | None = None
+    # The run's start rows when run_create(defer_commit=True) left them to the executor: the
+    # group-commit writer inserts them beside the engine's start; batches, the end and
+    # subscribers wait for that commit.
+    record: RunRecord | None = None
 
 
 class RunExecutor(Protocol):
@@ -93,7 +135,7 @@ class InProcessExecutor:
         live = LiveRun(launch.run_id, first=launch.started)
         self.live[launch.run_id] = live
         if launch.record is not None:
-            live.await_record(launch.record.wait())
+            live.await_record(WRITER.write(record_run, launch.record, merge=record_runs))
         # A fresh context: the run must not inherit the request's (asgiref's thread-sensitive
         # executor, which dies with the request).
         live.task = asyncio.create_task(self._execute(launch, live), name=f"run-{launch.run_id}",

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any, AsyncIterator
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -29,8 +29,8 @@ from core.errors import Conflict, ErrorCode, InvalidInput
 from core.events import RecordedEvent, RunEnded, RunError, RunStarted
 from tools_app.mcp_policy import mcp_servers_for_run
 
-from .eventlog import DeferredCommit, in_thread, insert_events
-from .executor import RunLaunch, get_executor, orphaned_runs_q
+from .eventlog import in_thread, insert_events
+from .executor import RunLaunch, RunRecord, get_executor, orphaned_runs_q, record_run
 from .models import Conversation, Message, Run, RunEvent
 from .selectors import NOT_SUPERSEDED, conversation_get, conversation_last_turn, run_get
 from .usage import RunSpend
@@ -109,7 +109,7 @@ def run_create(
     allow_inline_mcp: bool = False,
     defer_commit: bool = False,
 ) -> RunCreated:
-    """Validate a chat turn, choose the engine, and record the run with one commit.
+    """Validate a chat turn, choose the engine, and record the run (one commit, maybe deferred).
 
     The run is created ``running`` with its user message and its ``agent.start`` event (seq 1),
     and everything the engine needs (history, the frozen agent spec with its prompt) is gathered
@@ -124,11 +124,12 @@ def run_create(
             for (names of registered servers); it is replaced by the full list the policy allows.
         allow_inline_mcp: let ``mcp_servers`` carry inline specs (command/url) without the
             permission: only for a caller that is the process owner (ACP over stdio), never HTTP.
-        defer_commit: on a database server (not SQLite), validate and prepare everything but
-            leave the commit to ``launch.record`` (a ``DeferredCommit``), run beside the engine's
-            provider call, so the first event does not wait on the commit's round trips;
-            subscribers see nothing before it lands. For a caller that hands the run to the
-            executor at once (``AsyncApiView.burst`` + ``start_stream``).
+        defer_commit: validate and prepare everything but leave the rows to ``launch.record``
+            (a :class:`~chat_app.executor.RunRecord`), which the executor hands to the
+            group-commit writer when it starts the run: no commit stands between the request and
+            the provider call, and concurrent starts share one transaction. Subscribers see
+            nothing before it lands. For a caller that hands the run to the executor at once
+            (``AsyncApiView.start_stream``).
 
     Raises:
         InvalidInput: empty or oversized input, unknown engine/provider/model, a malformed ``mcp_servers``.
@@ -151,11 +152,6 @@ def run_create(
     options = {**(options or {}), "mcp_servers": mcp_servers_for_run(
         user=user, agent=agent, requested=(options or {}).get("mcp_servers"),
         allow_inline=True if allow_inline_mcp else None)}
-    # The rows are built here and inserted by record(): now, or beside the provider call. Only
-    # on a database server: there the commit is round trips the thread waits on (the GIL free);
-    # SQLite's commit is CPU work in this process, which beside the provider call's start would
-    # only contend with it for the GIL (measured: ~1 ms later first delta at c=1).
-    defer_commit = defer_commit and connection.vendor != "sqlite"
     created = conversation is None
     if created:
         conversation = Conversation(owner=user, title=(title or input.strip().splitlines()[0][:80])[:300], agent=agent)
@@ -173,25 +169,15 @@ def run_create(
         run_id=run_id, conversation_id=str(conversation.id), agent_role=agent.role, engine=route.engine,
         model=route.model, provider=route.provider, session_id=conversation.engine_session_id,
         route_note=route.note))
-
-    def record() -> None:
-        """The run's one commit: conversation, run, user message and ``agent.start``."""
-        with transaction.atomic():
-            if created:
-                conversation.save(force_insert=True)
-            else:
-                Conversation.objects.filter(pk=conversation.pk).update(agent_id=conversation.agent_id,
-                                                                       updated_at=timezone.now())
-            run.save(force_insert=True)
-            message.save(force_insert=True)
-            insert_events(run_id, [started])
-
+    record = RunRecord(conversation=conversation, conversation_created=created, run=run, message=message,
+                       started=started)
     if not defer_commit:
-        record()
+        with transaction.atomic():
+            record_run(record)
     launch = RunLaunch(run_id=run_id, conversation_id=str(conversation.id), agent=spec, engine=route.engine,
                        model=route.model, provider=route.provider, user_input=input, history=history,
                        session_id=conversation.engine_session_id, started=started, options=options,
-                       route=route, record=DeferredCommit(record) if defer_commit else None)
+                       route=route, record=record if defer_commit else None)
     return RunCreated(run=run, conversation=conversation, conversation_created=created, user_message=message,
                       launch=launch)
 

@@ -2,18 +2,18 @@
 
 :class:`AsyncApiView` is a DRF ``APIView`` for what DRF does well — authentication (token or
 session with CSRF), parsing, validation, error mapping and the OpenAPI schema — but it is
-dispatched as a coroutine. The request's blocking work (authenticate, parse, validate, create
-the run: a few reads and one commit) runs in ONE worker-thread call (:meth:`AsyncApiView.burst`)
-whose database connection is closed at its end; then the view streams from the event loop. An
-open stream therefore holds no thread and no database connection, and requests do not queue
-behind each other on one shared ORM thread.
+dispatched as a coroutine. The request's work (authenticate, parse, validate, prepare the run)
+is one burst (:meth:`AsyncApiView.burst`): on the event loop when everything it reads is cached,
+else in ONE database-pool call; the run's rows are written by the group-commit writer beside the
+provider call. Then the view streams from the event loop. An open stream therefore holds no
+thread and no database connection, and requests do not queue behind each other on one shared
+ORM thread.
 
 :meth:`AsyncApiView.stream` is the one way a run is streamed over HTTP: any registered dialect,
 through :func:`chat_app.transports.stream_run` (pings, resume, coalescing, disconnect policy).
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 from contextlib import aclosing
 from types import SimpleNamespace
@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from asgiref.sync import SyncToAsync, markcoroutinefunction
 from django.conf import settings
+from django.core.exceptions import SynchronousOnlyOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -98,33 +99,21 @@ class AsyncApiView(APIView):
         return drf_request
 
     async def burst(self, work: Callable[..., Any], request: HttpRequest) -> Any:
-        """Run ``work(drf_request)`` after authentication, in one worker-thread call.
+        """Run ``work(drf_request)`` after authentication, without a thread when it can.
 
-        When the outcome holds a run whose commit was deferred (``run_create(defer_commit=True)``)
-        the outcome is handed to the event loop first — the engine starts — and the same thread
-        then runs the commit.
+        First on the event loop: a request that needs no database read (a cached token, a new
+        conversation, cached agent and providers: the common chat start) is served there, with
+        no thread hop; its rows are written later by the group-commit writer. The first thing
+        that would block — the ORM, a provider probe — raises ``SynchronousOnlyOperation``
+        before anything was changed (``work`` only reads until it returns), and the whole burst
+        runs again in one database-pool call.
         """
-        loop = asyncio.get_running_loop()
-        handed: asyncio.Future = loop.create_future()
-
-        def hand(outcome: Any) -> None:
-            if not handed.done():
-                handed.set_result(outcome)
-
-        def call() -> Any:
-            outcome = work(self.authenticated(request))
-            created = _run_created_in(outcome)
-            if created is not None and created.launch.record is not None and created.launch.record.claim():
-                loop.call_soon_threadsafe(hand, outcome)
-                created.launch.record.run_claimed()
-            return outcome
-
-        whole = asyncio.ensure_future(in_thread(call)())
-        await asyncio.wait({handed, whole}, return_when=asyncio.FIRST_COMPLETED)
-        if handed.done():
-            whole.add_done_callback(_retrieve)
-            return handed.result()
-        return whole.result()
+        request.body  # noqa: B018 - read once (it is in memory), so both attempts parse the same bytes
+        try:
+            return work(self.authenticated(request))
+        except SynchronousOnlyOperation:
+            pass
+        return await in_thread(lambda: work(self.authenticated(request)))()
 
     # --- streaming ---------------------------------------------------------------------------
     def stream(self, dialect_cls: type[Dialect], *, run_id: str, conversation_id: str, user: Any = None,
@@ -177,18 +166,6 @@ class AsyncApiView(APIView):
             if handled.has_header(key):
                 response[key] = handled[key]
         return response
-
-
-def _run_created_in(outcome: Any) -> "services.RunCreated | None":
-    for item in outcome if isinstance(outcome, tuple) else (outcome,):
-        if isinstance(item, services.RunCreated):
-            return item
-    return None
-
-
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled() and future.exception() is not None:  # the commit's own failure is the run's
-        logger.debug("burst thread ended with an error after handing over", exc_info=future.exception())
 
 
 def release_request_thread() -> None:

@@ -1,6 +1,7 @@
 """``POST /chat`` (seed 004 §8.2) and the same runs on ``/v1/agent/chat`` and the timeline."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -160,7 +161,7 @@ async def test_chat_ollama_gone_after_probe_is_502_naming_model_and_endpoint(cha
 
     settings.OLLAMA_HEALTH_TTL = 300
     url = ollama.url
-    assert OLLAMA_PROBE.result(url).ok  # the cached probe saw it up...
+    assert (await asyncio.to_thread(OLLAMA_PROBE.result, url)).ok  # the cached probe saw it up...
     ollama.close()  # ...then it went away
     response = await chat.post_json("/chat", SEED_BODY)
     assert response.status_code == 502, response.content
@@ -264,7 +265,7 @@ async def test_agent_chat_stream_ollama_gone_after_probe_ends_failed(chat, trio,
 
     settings.OLLAMA_HEALTH_TTL = 300
     url = ollama.url
-    assert OLLAMA_PROBE.result(url).ok
+    assert (await asyncio.to_thread(OLLAMA_PROBE.result, url)).ok
     ollama.close()
     reader = await chat.chat({"input": "hello", "agentRole": "orchestrator"})
     frames = run_events_of(await reader.rest())

@@ -256,7 +256,7 @@ async def test_ollama_engine_unreachable_fails_run_naming_model_and_endpoint(use
 
     settings.OLLAMA_HEALTH_TTL = 300
     closed_port_url = ollama.url
-    assert OLLAMA_PROBE.result(closed_port_url).ok
+    assert (await asyncio.to_thread(OLLAMA_PROBE.result, closed_port_url)).ok
     ollama.close()
     created, events = await run_turn(user, "hello?")
     error = next(e.payload for e in events if e.event == "error")

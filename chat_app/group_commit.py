@@ -1,0 +1,222 @@
+"""Group commit: the runs' writes, from every stream of this process, in one transaction a batch.
+
+A run writes three times on its way (its start: conversation, run, user message and
+``agent.start``; its event batches; its end), and a server streams many runs at once. Each write
+as its own transaction costs a thread hop, a ``BEGIN``, a ``COMMIT`` (a WAL append on SQLite, a
+round trip and a WAL flush on PostgreSQL) and GIL hand-offs; under fifty concurrent starts those
+dominated the server's CPU per stream (profile: the pool threads' transactions, ~40% of the GIL
+time, and three times the bare relay's kernel time in futex and file-lock calls).
+
+:class:`GroupCommitWriter` is one thread with its own database connection. The event loop hands
+it jobs (:meth:`GroupCommitWriter.write`, never blocking); the thread takes everything queued,
+runs it in ONE transaction and commits once, then resolves the jobs' futures with one call into
+each loop. Each job runs inside its own savepoint, so a job that fails (or asks for a rollback,
+as a run's end does when another process ended the run first) is undone alone and the batch
+commits the rest. Adjacent jobs with the same ``merge`` function run as one call first (one
+``executemany`` for many runs' events, one multi-row insert for many runs' starts); if that call
+fails they run again one by one, each in its own savepoint, so one bad job never fails another.
+
+Jobs of one run are submitted in order from one loop and the thread runs them first in, first
+out, so a run's start always lands before its events and its end. A job that needs what an
+earlier job wrote awaits that job's future before submitting itself.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from django.db import connection, connections, transaction
+
+logger = logging.getLogger("orchestrator.runs")
+
+
+@dataclass(eq=False)
+class _Job:
+    func: Callable[..., Any]
+    args: tuple
+    merge: Callable[[list[tuple]], Any] | None
+    loop: asyncio.AbstractEventLoop | None
+    future: Any  # asyncio.Future (loop set) or a threading-based _SyncResult
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class _SyncResult:
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class GroupCommitWriter:
+    """One writer thread; see the module docstring."""
+
+    def __init__(self, name: str = "orchestrator-writer"):
+        self._name = name
+        # A C-level queue: put() from the loop is cheap, and get() blocks the idle thread.
+        self._queue: queue.SimpleQueue[_Job | Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.batches = 0  # for tests and the benchmark's curiosity: how many transactions ran
+        self.jobs = 0
+
+    # --- submitting --------------------------------------------------------------------------
+    def write(self, func: Callable[..., Any], *args: Any,
+              merge: Callable[[list[tuple]], Any] | None = None) -> asyncio.Future:
+        """Queue ``func(*args)`` for the next batch; the future resolves after its commit.
+
+        ``merge``, when given, may run this job together with adjacent jobs that have the same
+        ``merge``: it gets the list of their ``args`` and does all their work at once (its
+        result is ignored; each merged job's result is None).
+        """
+        loop = asyncio.get_running_loop()
+        job = _Job(func, args, merge, loop, loop.create_future())
+        self._put(job)
+        return job.future
+
+    def write_sync(self, func: Callable[..., Any], *args: Any) -> Any:
+        """For a caller on a thread (not the event loop): queue the job and wait for its commit."""
+        job = _Job(func, args, None, None, _SyncResult())
+        self._put(job)
+        job.future.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def control(self, func: Callable[[], None], timeout: float = 10.0) -> None:
+        """Run ``func`` on the writer thread outside any transaction (e.g. close its connection)."""
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                func()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                errors.append(exc)
+            finally:
+                done.set()
+
+        if self._thread is None:
+            return
+        self._put(call)
+        if not done.wait(timeout):
+            raise TimeoutError("the group-commit writer did not answer")
+        if errors:
+            raise errors[0]
+
+    def _put(self, item: Any) -> None:
+        if self._thread is None:
+            self._start()
+        self._queue.put(item)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                thread.start()
+                self._thread = thread
+
+    # --- the thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        from .eventlog import _check_kept, _leave_idle
+
+        get, get_nowait = self._queue.get, self._queue.get_nowait
+        while True:
+            item = get()  # wait for work, then take everything queued behind it
+            batch: list[_Job] = []
+            while True:
+                if isinstance(item, _Job):
+                    batch.append(item)
+                else:
+                    if batch:  # a control call waits for the jobs queued before it
+                        self._commit(batch, _check_kept, _leave_idle)
+                        batch = []
+                    item()
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._commit(batch, _check_kept, _leave_idle)
+
+    def _commit(self, batch: list[_Job], check_kept: Callable, leave_idle: Callable) -> None:
+        server = connection.vendor != "sqlite"
+        if server and connection.connection is not None:
+            check_kept(server)
+        try:
+            with transaction.atomic():
+                for group in _groups(batch):
+                    _run_group(group)
+        except BaseException as exc:  # noqa: BLE001 - the commit (or BEGIN) failed: every job did
+            logger.exception("a group commit of %d jobs failed", len(batch))
+            for job in batch:
+                if job.error is None:
+                    job.error = exc
+            if connection.connection is not None and (connection.in_atomic_block or not connection.is_usable()):
+                connection.close()
+        finally:
+            if server:
+                leave_idle()
+        self.batches += 1
+        self.jobs += len(batch)
+        _resolve(batch)
+
+
+def _groups(batch: list[_Job]) -> list[list[_Job]]:
+    groups: list[list[_Job]] = []
+    for job in batch:
+        if groups and job.merge is not None and groups[-1][0].merge is job.merge:
+            groups[-1].append(job)
+        else:
+            groups.append([job])
+    return groups
+
+
+def _run_group(group: list[_Job]) -> None:
+    if len(group) > 1:
+        try:
+            with transaction.atomic():
+                group[0].merge([job.args for job in group])
+            return
+        except Exception:  # noqa: BLE001 - find the job that fails: one by one below
+            logger.warning("a merged write of %d jobs failed; running them one by one", len(group), exc_info=True)
+    for job in group:
+        try:
+            with transaction.atomic():
+                job.result = job.func(*job.args)
+        except Exception as exc:  # noqa: BLE001 - this job's failure, handed to its caller
+            job.error = exc
+
+
+def _resolve(batch: list[_Job]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+    for job in batch:
+        if job.loop is None:
+            job.future.done.set()
+        else:
+            by_loop.setdefault(job.loop, []).append(job)
+    for loop, jobs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_set_results, jobs)
+        except RuntimeError:  # the loop is closed (a test's loop, a stopped server): nobody waits
+            pass
+
+
+def _set_results(jobs: list[_Job]) -> None:
+    for job in jobs:
+        if job.future.done():  # the waiter was cancelled; the write itself happened (or failed)
+            continue
+        if job.error is not None:
+            job.future.set_exception(job.error)
+        else:
+            job.future.set_result(job.result)
+
+
+WRITER = GroupCommitWriter()
+
+
+def close_writer_connection(timeout: float = 10.0) -> None:
+    """Close the writer thread's database connection (tests, before dropping a database)."""
+    WRITER.control(connections.close_all, timeout=timeout)
