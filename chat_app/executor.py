@@ -36,7 +36,7 @@ from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, Ru
 from tools_app.runner import ToolRunner
 
 from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread, insert_events
-from .group_commit import WRITER
+from .group_commit import WRITER, insert_rows
 from .failover import engine_attempts
 from .models import Conversation, Message, Run
 from .usage import run_cost_fields
@@ -63,27 +63,19 @@ class RunRecord:
 
 def record_run(record: RunRecord) -> None:
     """Insert one run's start rows (call inside a transaction)."""
-    conversation = record.conversation
-    if record.conversation_created:
-        conversation.save(force_insert=True)
-    else:
-        Conversation.objects.filter(pk=conversation.pk).update(agent_id=conversation.agent_id,
-                                                               updated_at=timezone.now())
-    record.run.save(force_insert=True)
-    record.message.save(force_insert=True)
-    insert_events(str(record.run.id), [record.started])
+    record_runs([(record,)])
 
 
 def record_runs(jobs: list[tuple[RunRecord]]) -> None:
-    """Many runs' start rows at once: one multi-row insert per table (the group commit's merge)."""
+    """Many runs' start rows at once: one statement per table (the group commit's merge)."""
     records = [job[0] for job in jobs]
-    Conversation.objects.bulk_create([r.conversation for r in records if r.conversation_created])
+    insert_rows(Conversation, [r.conversation for r in records if r.conversation_created])
     now = timezone.now()
     for r in records:
         if not r.conversation_created:
             Conversation.objects.filter(pk=r.conversation.pk).update(agent_id=r.conversation.agent_id, updated_at=now)
-    Run.objects.bulk_create([r.run for r in records])
-    Message.objects.bulk_create([r.message for r in records])
+    insert_rows(Run, [r.run for r in records])
+    insert_rows(Message, [r.message for r in records])
     for r in records:
         insert_events(str(r.run.id), [r.started])
 

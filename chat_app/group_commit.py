@@ -216,6 +216,38 @@ def _set_results(jobs: list[_Job]) -> None:
 
 WRITER = GroupCommitWriter()
 
+_INSERTS: dict[tuple[type, str], tuple[str, list]] = {}
+
+
+def insert_rows(model: type, objs: list[Any]) -> None:
+    """INSERT model instances with one cached statement (call inside a transaction).
+
+    What ``bulk_create`` does for models with client-side primary keys (here: UUIDs), without
+    compiling the SQL again for every call: each field's ``pre_save`` (``auto_now``) and
+    ``get_db_prep_save`` (the backend's value adaptation) run as Django runs them. No signals, as
+    with ``bulk_create``; the models written here have none.
+    """
+    if not objs:
+        return
+    key = (model, connection.vendor)
+    cached = _INSERTS.get(key)
+    if cached is None:
+        fields = [f for f in model._meta.local_concrete_fields if f.column]
+        qn = connection.ops.quote_name
+        sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+               f"VALUES ({', '.join(['%s'] * len(fields))})")
+        cached = _INSERTS.setdefault(key, (sql, fields))
+    sql, fields = cached
+    rows = [[f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields] for obj in objs]
+    with connection.cursor() as cursor:
+        if len(rows) == 1:
+            cursor.execute(sql, rows[0])
+        else:
+            cursor.executemany(sql, rows)
+    for obj in objs:  # as after save(): the instance is in the database now
+        obj._state.adding = False
+        obj._state.db = connection.alias
+
 
 def close_writer_connection(timeout: float = 10.0) -> None:
     """Close the writer thread's database connection (tests, before dropping a database)."""

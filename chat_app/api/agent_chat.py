@@ -19,7 +19,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 
 from chat_app import selectors, services
-from chat_app.api.serializers import StrictCharField
+from chat_app.api.serializers import StrictCharField, fast_validated_data
 from chat_app.api.streaming import AsyncApiView
 from chat_app.models import RunEvent
 from chat_app.transports import Dialect, get_dialect
@@ -68,6 +68,16 @@ def _dialect(request: Request) -> type[Dialect]:
     return get_dialect(name)  # type: ignore[return-value]
 
 
+def _validated(serializer_cls: type[serializers.Serializer], body: dict[str, Any]) -> dict[str, Any]:
+    """The serializer's validated data: computed cheaply for a plain body, else by the serializer."""
+    data = fast_validated_data(serializer_cls, body)
+    if data is None:
+        serializer = serializer_cls(data=body)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+    return data
+
+
 def _blank_to_none(data: dict[str, Any]) -> dict[str, Any]:
     return {k: (v or None) for k, v in data.items()}
 
@@ -99,16 +109,15 @@ class AgentChatApi(AsyncApiView):
         if not isinstance(body, dict):
             raise InvalidInput("The body must be a JSON object {conversationId?, input, agentRole?, engine?, model?}.",
                                code="invalid_input")
-        serializer = AgentChatInput(data=body)
-        serializer.is_valid(raise_exception=True)
-        data = _blank_to_none(serializer.validated_data)
+        valid = _validated(AgentChatInput, body)
+        data = _blank_to_none(valid)
         if data.get("regenerate"):
             return dialect, services.run_create_again(
-                user=request.user, conversation_id=data["conversationId"], input=serializer.validated_data.get("input"),
+                user=request.user, conversation_id=data["conversationId"], input=valid.get("input"),
                 agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"),
                 provider=data.get("provider"))
         return dialect, services.run_create(
-            user=request.user, input=serializer.validated_data["input"], conversation_id=data.get("conversationId"),
+            user=request.user, input=valid["input"], conversation_id=data.get("conversationId"),
             agent_role=data.get("agentRole"), engine=data.get("engine"), model=data.get("model"),
             provider=data.get("provider"), defer_commit=True)
 
@@ -116,9 +125,7 @@ class AgentChatApi(AsyncApiView):
         ui = vercel_ai.parse_chat_request(body)
         if ui.approvals:
             return self._decide(request, ui)
-        options = AiSdkChatOptionsInput(data=body)
-        options.is_valid(raise_exception=True)
-        data = _blank_to_none(options.validated_data)
+        data = _blank_to_none(_validated(AiSdkChatOptionsInput, body))
         conversation_id, history = data.get("conversationId"), None
         if conversation_id is None and ui.chat_id:
             # The chat id continues one of the caller's conversations; any other id starts a new

@@ -1,0 +1,146 @@
+"""The group-commit writer: one transaction a batch, each job isolated by its own savepoint."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, transaction
+
+from chat_app import services
+from chat_app.api.agent_chat import AgentChatInput, AiSdkChatOptionsInput
+from chat_app.api.serializers import fast_validated_data
+from chat_app.group_commit import GroupCommitWriter
+from chat_app.models import Conversation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _make(user, title: str) -> Conversation:
+    Conversation.objects.create(owner=user, title=title)
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def _rolled_back(user, title: str) -> str:
+    Conversation.objects.create(owner=user, title=title)
+    transaction.set_rollback(True)
+    return "rolled back"
+
+
+async def _titles() -> set[str]:
+    return set(await sync_to_async(lambda: list(Conversation.objects.values_list("title", flat=True)))())
+
+
+async def test_jobs_queued_together_commit_in_one_batch_and_each_gets_its_result(user):
+    writer = GroupCommitWriter(name="test-writer")
+    gate = threading.Event()
+    # Hold the thread on a first job so the next ones queue up behind it and form one batch.
+    first = writer.write(lambda: gate.wait(10))
+    await asyncio.sleep(0)
+    jobs = [writer.write(lambda i=i: (_make(user, f"t{i}"), i)[1]) for i in range(5)]
+    gate.set()
+    assert await first is True
+    assert await asyncio.gather(*jobs) == [0, 1, 2, 3, 4]
+    assert await _titles() == {f"t{i}" for i in range(5)}
+    assert writer.jobs == 6 and writer.batches <= 3  # the five queued jobs shared a transaction
+
+
+async def test_a_failing_job_fails_alone_and_a_rollback_undoes_only_its_job(user):
+    writer = GroupCommitWriter(name="test-writer")
+    gate = threading.Event()
+    first = writer.write(lambda: gate.wait(10))
+    await asyncio.sleep(0)
+    ok = writer.write(_make, user, "kept")
+    bad = writer.write(_fail, "broken job")
+    undone = writer.write(_rolled_back, user, "undone")
+    also_ok = writer.write(_make, user, "kept too")
+    gate.set()
+    await first
+    results = await asyncio.gather(ok, bad, undone, also_ok, return_exceptions=True)
+    assert results[0] is None and results[2] == "rolled back" and results[3] is None
+    assert isinstance(results[1], ValueError) and str(results[1]) == "broken job"
+    assert await _titles() == {"kept", "kept too"}
+
+
+async def test_a_merged_group_that_fails_runs_again_job_by_job(user):
+    writer = GroupCommitWriter(name="test-writer")
+    calls: list[int] = []
+
+    def one(title: str) -> None:
+        if title == "dup":
+            raise IntegrityError("duplicate")
+        _make(user, title)
+
+    def merged(args_list: list[tuple]) -> None:
+        calls.append(len(args_list))
+        for (title,) in args_list:
+            one(title)
+
+    gate = threading.Event()
+    first = writer.write(lambda: gate.wait(10))
+    await asyncio.sleep(0)
+    futures = [writer.write(one, title, merge=merged) for title in ("a", "dup", "b")]
+    gate.set()
+    await first
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert calls == [3]  # tried together once, then one by one
+    assert results[0] is None and results[2] is None and isinstance(results[1], IntegrityError)
+    assert await _titles() == {"a", "b"}
+
+
+async def test_write_sync_from_a_thread_and_control_calls_wait_for_earlier_jobs(user):
+    writer = GroupCommitWriter(name="test-writer")
+    result = await asyncio.to_thread(writer.write_sync, lambda: (_make(user, "from a thread"), "done")[1])
+    assert result == "done"
+    with pytest.raises(ValueError, match="nope"):
+        await asyncio.to_thread(writer.write_sync, _fail, "nope")
+    pending = writer.write(_make, user, "before the control call")
+    seen: list[set] = []
+    await asyncio.to_thread(writer.control, lambda: seen.append(set(Conversation.objects.values_list("title", flat=True))))
+    await pending
+    assert "before the control call" in seen[0]
+
+
+async def test_concurrent_run_starts_share_transactions_and_all_land(user):
+    from chat_app.group_commit import WRITER
+
+    before = WRITER.batches
+    created = await asyncio.gather(*(services.run_start(user=user, input=f"hello {i}", agent_role="coder")
+                                     for i in range(8)))
+    ends = await asyncio.gather(*(_last_event(str(c.run.id)) for c in created))
+    assert all(e.payload["status"] == "succeeded" for e in ends)
+    assert WRITER.batches > before
+
+
+async def _last_event(run_id: str):
+    return [e async for e in services.run_subscribe(run_id=run_id)][-1]
+
+
+BODIES = [
+    {"input": "bench", "agentRole": "coder", "model": "m"},
+    {"input": "  keep my spaces  ", "agentRole": "  coder  ", "model": "", "engine": None},
+    {"input": "a", "regenerate": True, "conversationId": "c"},
+    {"input": "a", "regenerate": False, "provider": "p", "unknown": [1, 2]},
+    {"input": "é ünïcode ✓", "agentRole": "coder"},
+    # Everything below is refused (or left to the serializer) and must give the serializer's error.
+    {"input": ""}, {"input": "   "}, {"input": 5}, {"input": None}, {"agentRole": "coder"},
+    {"input": "a", "regenerate": True}, {"input": "a", "regenerate": "true"}, {"input": "a\x00b"},
+    {"input": "a", "agentRole": "x" * 65}, {"input": "bad \ud800 surrogate"}, {"input": ["list"]},
+    {"input": "a", "model": 3}, {"input": "a", "conversationId": {"id": 1}},
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+@pytest.mark.parametrize("serializer_cls", [AgentChatInput, AiSdkChatOptionsInput])
+def test_fast_validation_gives_exactly_what_the_serializer_gives_or_defers_to_it(serializer_cls, body):
+    serializer = serializer_cls(data=body)
+    valid = serializer.is_valid()
+    fast = fast_validated_data(serializer_cls, body)
+    if fast is not None:
+        assert valid and fast == dict(serializer.validated_data)
+    if body is BODIES[0]:
+        assert fast is not None  # the common body takes the fast path
