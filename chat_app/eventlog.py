@@ -280,23 +280,30 @@ class LiveRun:
     async def finish(self, final: list[RunEventBase], commit: Callable[[list[RecordedEvent]], bool]) -> bool:
         """Record the run's last events and its final state in ONE transaction, then publish them.
 
-        ``commit(events)`` runs in a worker thread inside that transaction (after the events are
-        inserted) and returns False when the run already ended elsewhere, which rolls everything
-        back and publishes nothing.
+        One group-commit job writes the events still pending, then — in a savepoint — the final
+        events and ``commit(events)``, which returns False when the run already ended elsewhere:
+        that rolls the final part back (the events before it stay) and publishes nothing.
         """
-        await self.flush()
         recorded = [self.make(data) for data in final]
 
-        def write() -> bool:
-            # In its own savepoint of the writer's transaction (chat_app.group_commit).
-            insert_events(self.run_id, recorded)
-            if not commit(recorded):
-                transaction.set_rollback(True)
-                return False
+        def write(batch: list[RecordedEvent]) -> bool:
+            insert_events(self.run_id, batch)
+            with transaction.atomic():
+                insert_events(self.run_id, recorded)
+                if not commit(recorded):
+                    transaction.set_rollback(True)
+                    return False
             return True
 
         async with self._flush_lock:
-            ok = await WRITER.write(write)
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+                self._flush_handle = None
+            batch, self._pending = self._pending, []
+            if not await self.wait_recorded():
+                ok = False
+            else:
+                ok = await WRITER.write(write, batch)
         if ok:
             for item in recorded:
                 self.publish(item, persist=False)
@@ -364,20 +371,12 @@ class LiveSubscription(Subscription):
     def __init__(self, live: LiveRun, after_seq: int = 0):
         self.live = live
         self.index = max(0, after_seq - live.first_seq + 1)
-        self._ready = live.recorded is None
 
     async def ready(self) -> None:
         await self.live.wait_recorded()
-        self._ready = True
 
     async def next(self, deadline: float | None = None) -> list[RecordedEvent] | None:
         live = self.live
-        if not self._ready:  # nobody sees a run before it exists in the database
-            if deadline is None:
-                await self.ready()
-            else:
-                async with asyncio.timeout_at(deadline):
-                    await self.ready()
         while True:
             if self.index < len(live.events):
                 batch = live.events[self.index:]

@@ -36,7 +36,7 @@ from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, Ru
 from tools_app.runner import ToolRunner
 
 from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread, insert_events
-from .group_commit import WRITER, insert_rows
+from .group_commit import WRITER, insert_rows, update_row
 from .failover import engine_attempts
 from .models import Conversation, Message, Run
 from .usage import run_cost_fields
@@ -112,6 +112,14 @@ class RunExecutor(Protocol):
 
     def subscribe(self, run_id: str, *, after_seq: int = 0) -> Subscription: ...
 
+    async def wait_recorded(self, run_id: str) -> None:
+        """Until a run submitted here has its rows in the database (at once for any other id).
+
+        A stream's first frames (with the run's id) go out before its start rows are committed;
+        what a client does next with the id (cancel, re-attach) waits here first.
+        """
+        ...
+
 
 class InProcessExecutor:
     """Runs execute as tasks on this process's event loop."""
@@ -147,6 +155,11 @@ class InProcessExecutor:
         if live is not None:
             return LiveSubscription(live, after_seq)
         return StoredSubscription(str(run_id), after_seq, find_live=self.live.get)
+
+    async def wait_recorded(self, run_id: str) -> None:
+        live = self.live.get(str(run_id))
+        if live is not None:
+            await live.wait_recorded()
 
     def is_live(self, run_id: str) -> bool:
         return str(run_id) in self.live
@@ -332,19 +345,19 @@ def _success_commit(launch: RunLaunch, result: EngineResult, message_id: str):
     def commit(recorded: list[RecordedEvent]) -> bool:
         now = timezone.now()
         # Conditional: a final status is written once and never overwritten.
-        if not Run.objects.filter(id=launch.run_id, status__in=_ACTIVE).update(
-                status=Run.Status.SUCCEEDED, ended_at=now, usage=result.usage, **run_cost_fields(launch, result)):
+        if not update_row(Run, launch.run_id, {"status": Run.Status.SUCCEEDED, "ended_at": now, "usage": result.usage,
+                                               **run_cost_fields(launch, result)}, only_if_in=("status", _ACTIVE)):
             return False
-        Message.objects.create(
+        insert_rows(Message, [Message(
             id=message_id, conversation_id=launch.conversation_id, run_id=launch.run_id,
             role=Message.Role.ASSISTANT, content=result.text,
             metadata={"runId": launch.run_id, "engine": launch.engine, "model": launch.model, "usage": result.usage,
                       **({"sessionId": result.session_id} if result.session_id else {}), **result.metadata},
-        )
+        )])
         updates: dict[str, Any] = {"updated_at": now}
         if result.session_id:
             updates["engine_session_id"] = result.session_id
-        Conversation.objects.filter(id=launch.conversation_id).update(**updates)
+        update_row(Conversation, launch.conversation_id, updates)
         return True
 
     return commit
@@ -354,10 +367,10 @@ def _failure_commit(launch: RunLaunch, status: str, error: str):
     def commit(recorded: list[RecordedEvent]) -> bool:
         # No partial assistant message is saved; the user message stays so the turn can be retried.
         now = timezone.now()
-        if not Run.objects.filter(id=launch.run_id, status__in=_ACTIVE).update(
-                status=status, ended_at=now, error=error[:10_000]):
+        if not update_row(Run, launch.run_id, {"status": status, "ended_at": now, "error": error[:10_000]},
+                          only_if_in=("status", _ACTIVE)):
             return False
-        Conversation.objects.filter(id=launch.conversation_id).update(updated_at=now)
+        update_row(Conversation, launch.conversation_id, {"updated_at": now})
         return True
 
     return commit

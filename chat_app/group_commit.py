@@ -252,3 +252,35 @@ def insert_rows(model: type, objs: list[Any]) -> None:
 def close_writer_connection(timeout: float = 10.0) -> None:
     """Close the writer thread's database connection (tests, before dropping a database)."""
     WRITER.control(connections.close_all, timeout=timeout)
+
+
+_UPDATES: dict[tuple, tuple[str, list]] = {}
+
+
+def update_row(model: type, pk: Any, values: dict[str, Any], *, only_if_in: tuple[str, tuple] | None = None) -> int:
+    """``UPDATE model SET <values> WHERE pk = pk [AND field IN (...)]`` with a cached statement.
+
+    The value adaptation is the field's ``get_db_prep_save``, as ``QuerySet.update`` does; the
+    statement is compiled once per shape. Returns the number of rows updated (0 or 1).
+    """
+    names = tuple(values)
+    key = (model, connection.vendor, names, only_if_in[0] if only_if_in else None, len(only_if_in[1]) if only_if_in else 0)
+    cached = _UPDATES.get(key)
+    if cached is None:
+        meta, qn = model._meta, connection.ops.quote_name
+        fields = [meta.get_field(name) for name in names]
+        sql = (f"UPDATE {qn(meta.db_table)} SET {', '.join(f'{qn(f.column)} = %s' for f in fields)} "
+               f"WHERE {qn(meta.pk.column)} = %s")
+        if only_if_in:
+            sql += f" AND {qn(meta.get_field(only_if_in[0]).column)} IN ({', '.join(['%s'] * len(only_if_in[1]))})"
+        cached = _UPDATES.setdefault(key, (sql, fields))
+    sql, fields = cached
+    meta = model._meta
+    params = [f.get_db_prep_save(values[f.name], connection) for f in fields]
+    params.append(meta.pk.get_db_prep_value(pk, connection))
+    if only_if_in:
+        field = meta.get_field(only_if_in[0])
+        params.extend(field.get_db_prep_value(v, connection) for v in only_if_in[1])
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount

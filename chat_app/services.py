@@ -214,6 +214,7 @@ async def run_cancel(*, user: Any, run_id: str) -> Run:
         NotFound: unknown run, or another user's.
         Conflict: ``run_not_active``, the run ended (or finished despite the request).
     """
+    await get_executor().wait_recorded(str(run_id))
     run = await in_thread(run_get)(user=user, run_id=run_id)
     if run.is_terminal:
         raise Conflict(f"Run already {run.status}.", code="run_not_active", extra={"status": run.status})

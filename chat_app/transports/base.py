@@ -144,11 +144,10 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
     loop = asyncio.get_running_loop()
     ended = False
     try:
-        # Nothing goes out (not even the headers, which carry the run's id) before the run
-        # exists in the database, so whatever the client does with the id next finds it.
-        ready = getattr(subscription, "ready", None)
-        if ready is not None:
-            await ready()
+        # The frames go out as the events come, without waiting for the run's start rows to be
+        # committed (the group-commit writer lands them beside the provider call): what a client
+        # does next with the run's id in this process waits for them (executor.wait_recorded);
+        # every database write of the run itself comes after them.
         opening = dialect.opening()
         if opening:
             yield opening
