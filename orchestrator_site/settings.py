@@ -217,6 +217,8 @@ ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 120.0)
 ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 2)
 # Connections the shared Anthropic client may open at once (one per concurrently streaming run).
 ANTHROPIC_MAX_CONNECTIONS = env_int("ANTHROPIC_MAX_CONNECTIONS", 2000)
+# Clients (connection pools) those connections are spread over, used in turn (see shared_client).
+ANTHROPIC_POOL_SHARDS = env_int("ANTHROPIC_POOL_SHARDS", 8)
 OLLAMA_URL = env("OLLAMA_URL", "http://localhost:11434")
 OLLAMA_MODEL = env("OLLAMA_MODEL", "gpt-oss-20b")
 OLLAMA_TIMEOUT = env_float("OLLAMA_TIMEOUT", 60.0)

@@ -15,6 +15,7 @@ Each request has an overall deadline, ``ANTHROPIC_TIMEOUT`` seconds, covering th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import re
@@ -122,15 +123,17 @@ class ClaudeEngine(Engine):
         )
 
 
-# One client (one connection pool, one TLS context) per configuration and event loop: building
-# a client costs milliseconds (TLS context, certificates) that would come before every first
-# token, and a pool per run would hold its connections for nothing.
-_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, anthropic.AsyncAnthropic]]" = (
-    weakref.WeakKeyDictionary())
+# Clients per configuration and event loop: building one costs milliseconds (a TLS context,
+# certificates) that would come before every first token, and a pool per run would hold its
+# connections for nothing. Each configuration gets ANTHROPIC_POOL_SHARDS clients (one TLS
+# context between them) used in turn: the connection pool scans all of its connections on every
+# request and every response close, so under fifty concurrent streams one pool of fifty-plus
+# connections cost ~12% of the server's CPU (py-spy); smaller pools make each scan shorter.
+_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, list]]" = weakref.WeakKeyDictionary()
 
 
 def shared_client(target: Any = None) -> anthropic.AsyncAnthropic:
-    """The client for a provider target (None: the ``ANTHROPIC_*`` settings)."""
+    """A client for a provider target (None: the ``ANTHROPIC_*`` settings), the shards in turn."""
     if target is not None:
         key, bearer, base_url = target.api_key, target.bearer, target.base_url
     else:
@@ -142,22 +145,29 @@ def shared_client(target: Any = None) -> anthropic.AsyncAnthropic:
     if target is not None and target.max_retries is not None:
         retries = target.max_retries
     pool = int(getattr(settings, "ANTHROPIC_MAX_CONNECTIONS", 2000))
-    config = (key, bearer, base_url, timeout, retries, pool)
+    shards = max(1, int(getattr(settings, "ANTHROPIC_POOL_SHARDS", 8)))
+    config = (key, bearer, base_url, timeout, retries, pool, shards)
     clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
-    client = clients.get(config)
+    entry = clients.get(config)
+    if entry is None:
+        entry = clients[config] = [itertools.count(), [None] * shards, httpx2.create_ssl_context()]
+    turn, built, tls = entry
+    index = next(turn) % shards
+    client = built[index]
     if client is None:
         auth = {"auth_token": key} if bearer else {"api_key": key}
-        client = anthropic.AsyncAnthropic(
+        per_shard = -(-pool // shards)
+        client = built[index] = anthropic.AsyncAnthropic(
             **auth,
-            base_url=config[2],
+            base_url=base_url,
             max_retries=retries,
             # The SDK's per-read timeout; the overall deadline is enforced in _stream_request.
             timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
-            # Sized for many concurrent streams (ANTHROPIC_MAX_CONNECTIONS): one per open stream.
+            # Sized for many concurrent streams (ANTHROPIC_MAX_CONNECTIONS in all): one per open stream.
             http_client=anthropic.DefaultAsyncHttpxClient(
-                limits=httpx2.Limits(max_connections=pool, max_keepalive_connections=min(pool, 200))),
+                verify=tls,
+                limits=httpx2.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, 200))),
         )
-        clients[config] = client
     return client
 
 

@@ -99,7 +99,7 @@ class AgentChatApi(AsyncApiView):
     async def post(self, request) -> StreamingHttpResponse:
         dialect, outcome = await self.burst(self._start, request)
         if isinstance(outcome, services.RunCreated):
-            return self.start_stream(outcome, dialect)
+            return await self.start_stream(outcome, dialect)
         return self.stream(dialect, **outcome)  # decisions on an AI SDK approval: the rest of that run
 
     def _start(self, request: Request) -> tuple[type[Dialect], Any]:

@@ -78,7 +78,7 @@ class ChatStreamApi(AsyncApiView):
     )
     async def post(self, request):
         created = await self.burst(self._create, request)
-        return self.start_stream(created, ChatStreamDialect)
+        return await self.start_stream(created, ChatStreamDialect)
 
     @staticmethod
     def _create(request: Request) -> services.RunCreated:

@@ -65,7 +65,7 @@ class ConversationMessageStreamApi(AsyncApiView):
     )
     async def post(self, request, conversation_id: str):
         user, created = await self.burst(lambda drf_request: self._create(drf_request, conversation_id), request)
-        return self.start_stream(created, MessageStreamDialect, user=user)
+        return await self.start_stream(created, MessageStreamDialect, user=user)
 
     @staticmethod
     def _create(request: Request, conversation_id: str) -> tuple[Any, services.RunCreated]:

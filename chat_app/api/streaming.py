@@ -14,6 +14,7 @@ through :func:`chat_app.transports.stream_run` (pings, resume, coalescing, disco
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import aclosing
 from types import SimpleNamespace
@@ -142,10 +143,16 @@ class AsyncApiView(APIView):
             response[key] = value
         return response
 
-    def start_stream(self, created: "services.RunCreated", dialect_cls: type[Dialect], *, user: Any = None,
-                     **options: Any) -> StreamingHttpResponse:
-        """Hand a created run to the executor and stream it: every run-starting endpoint ends here."""
+    async def start_stream(self, created: "services.RunCreated", dialect_cls: type[Dialect], *, user: Any = None,
+                           **options: Any) -> StreamingHttpResponse:
+        """Hand a created run to the executor and stream it: every run-starting endpoint ends here.
+
+        The run's task goes first (one turn of the loop): it builds and sends the provider
+        request before this request's headers and opening frames are written, so the provider
+        is already thinking while they go out, as a bare relay would have it.
+        """
         get_executor().submit(created.launch)
+        await asyncio.sleep(0)
         return self.stream(dialect_cls, run_id=str(created.run.id), conversation_id=str(created.conversation.id),
                            conversation_created=created.conversation_created, user=user, **options)
 

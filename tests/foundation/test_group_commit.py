@@ -144,3 +144,62 @@ def test_fast_validation_gives_exactly_what_the_serializer_gives_or_defers_to_it
         assert valid and fast == dict(serializer.validated_data)
     if body is BODIES[0]:
         assert fast is not None  # the common body takes the fast path
+
+
+async def _deferred_start(user, text: str):
+    from chat_app.eventlog import in_thread
+    from chat_app.executor import get_executor
+
+    created = await in_thread(services.run_create)(user=user, input=text, agent_role="coder", defer_commit=True)
+    get_executor().submit(created.launch)
+    return created
+
+
+def _hold_writer():
+    """Block the writer thread until the returned event is set: later jobs queue behind it."""
+    from chat_app.group_commit import WRITER
+
+    gate = threading.Event()
+    held = WRITER.write(lambda: gate.wait(20))
+    return gate, held
+
+
+async def test_a_stream_starts_before_the_start_commit_and_everything_lands_after_it(user):
+    from chat_app.models import Run, RunEvent
+
+    gate, held = _hold_writer()
+    try:
+        created = await _deferred_start(user, "hello before the commit")
+        seen = []
+        async for event in services.run_subscribe(run_id=str(created.run.id)):
+            seen.append(event)
+            if event.event == "agent.delta":
+                break  # the model's text reached the subscriber ...
+        assert seen[0].event == "agent.start"
+        assert not await Run.objects.filter(id=created.run.id).aexists()  # ... with no row written yet
+    finally:
+        gate.set()
+    await held
+    events = [e async for e in services.run_subscribe(run_id=str(created.run.id))]
+    assert events[-1].event == "agent.end" and events[-1].payload["status"] == "succeeded"
+    run = await Run.objects.aget(id=created.run.id)
+    assert run.status == "succeeded"
+    stored = await sync_to_async(list)(RunEvent.objects.filter(run_id=run.id).order_by("seq").values_list("seq", flat=True))
+    assert stored == [e.seq for e in events]
+
+
+async def test_cancel_right_after_start_waits_for_the_start_commit(user):
+    from chat_app.models import Run
+
+    gate, held = _hold_writer()
+    try:
+        created = await _deferred_start(user, "/sleep 5")
+        cancel = asyncio.ensure_future(services.run_cancel(user=user, run_id=str(created.run.id)))
+        await asyncio.sleep(0.2)
+        assert not cancel.done()  # it waits for the run's rows instead of answering 404
+    finally:
+        gate.set()
+    await held
+    run = await asyncio.wait_for(cancel, 15)
+    assert run.status == "cancelled"
+    assert (await Run.objects.aget(id=created.run.id)).status == "cancelled"
