@@ -33,6 +33,9 @@ from django.db import connection, connections, transaction
 
 logger = logging.getLogger("orchestrator.runs")
 
+# PostgreSQL: how long one job of a batch may wait for a row lock before it fails (alone).
+LOCK_TIMEOUT = 5.0
+
 
 @dataclass(eq=False)
 class _Job:
@@ -143,10 +146,15 @@ class GroupCommitWriter:
 
     def _commit(self, batch: list[_Job], check_kept: Callable, leave_idle: Callable) -> None:
         server = connection.vendor != "sqlite"
-        if server and connection.connection is not None:
-            check_kept(server)
         try:
+            if server and connection.connection is not None:
+                check_kept(server)
             with transaction.atomic():
+                if connection.vendor == "postgresql":
+                    # One job stuck behind a row lock must not hold every run's writes: it fails
+                    # alone (its savepoint) after this long, the others commit.
+                    with connection.cursor() as cursor:
+                        cursor.execute(f"SET LOCAL lock_timeout = '{int(LOCK_TIMEOUT * 1000)}ms'")
                 for group in _groups(batch):
                     _run_group(group)
         except BaseException as exc:  # noqa: BLE001 - the commit (or BEGIN) failed: every job did

@@ -17,6 +17,17 @@ from chat_app.models import Conversation
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture
+async def writer():
+    """A writer of the test's own; its thread's connection is closed afterwards (PostgreSQL
+    refuses to drop a test database that a connection still uses)."""
+    from django.db import connections
+
+    own = GroupCommitWriter(name="test-writer")
+    yield own
+    await asyncio.to_thread(own.control, connections.close_all)
+
+
 def _make(user, title: str) -> Conversation:
     Conversation.objects.create(owner=user, title=title)
 
@@ -35,8 +46,7 @@ async def _titles() -> set[str]:
     return set(await sync_to_async(lambda: list(Conversation.objects.values_list("title", flat=True)))())
 
 
-async def test_jobs_queued_together_commit_in_one_batch_and_each_gets_its_result(user):
-    writer = GroupCommitWriter(name="test-writer")
+async def test_jobs_queued_together_commit_in_one_batch_and_each_gets_its_result(user, writer):
     gate = threading.Event()
     # Hold the thread on a first job so the next ones queue up behind it and form one batch.
     first = writer.write(lambda: gate.wait(10))
@@ -49,8 +59,7 @@ async def test_jobs_queued_together_commit_in_one_batch_and_each_gets_its_result
     assert writer.jobs == 6 and writer.batches <= 3  # the five queued jobs shared a transaction
 
 
-async def test_a_failing_job_fails_alone_and_a_rollback_undoes_only_its_job(user):
-    writer = GroupCommitWriter(name="test-writer")
+async def test_a_failing_job_fails_alone_and_a_rollback_undoes_only_its_job(user, writer):
     gate = threading.Event()
     first = writer.write(lambda: gate.wait(10))
     await asyncio.sleep(0)
@@ -66,8 +75,7 @@ async def test_a_failing_job_fails_alone_and_a_rollback_undoes_only_its_job(user
     assert await _titles() == {"kept", "kept too"}
 
 
-async def test_a_merged_group_that_fails_runs_again_job_by_job(user):
-    writer = GroupCommitWriter(name="test-writer")
+async def test_a_merged_group_that_fails_runs_again_job_by_job(user, writer):
     calls: list[int] = []
 
     def one(title: str) -> None:
@@ -92,8 +100,7 @@ async def test_a_merged_group_that_fails_runs_again_job_by_job(user):
     assert await _titles() == {"a", "b"}
 
 
-async def test_write_sync_from_a_thread_and_control_calls_wait_for_earlier_jobs(user):
-    writer = GroupCommitWriter(name="test-writer")
+async def test_write_sync_from_a_thread_and_control_calls_wait_for_earlier_jobs(user, writer):
     result = await asyncio.to_thread(writer.write_sync, lambda: (_make(user, "from a thread"), "done")[1])
     assert result == "done"
     with pytest.raises(ValueError, match="nope"):
@@ -203,3 +210,39 @@ async def test_cancel_right_after_start_waits_for_the_start_commit(user):
     run = await asyncio.wait_for(cancel, 15)
     assert run.status == "cancelled"
     assert (await Run.objects.aget(id=created.run.id)).status == "cancelled"
+
+
+async def test_postgres_a_job_stuck_behind_a_row_lock_fails_alone(user, writer, monkeypatch):
+    from django.db import connection
+
+    from chat_app import group_commit
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the lock timeout is PostgreSQL's; this runs in the PostgreSQL pass")
+
+    monkeypatch.setattr(group_commit, "LOCK_TIMEOUT", 0.3)
+    conversation = await Conversation.objects.acreate(owner=user, title="locked")
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:  # another session holds the row while the writer wants it
+        from django.db import connections
+        try:
+            with transaction.atomic():
+                Conversation.objects.select_for_update().get(pk=conversation.pk)
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    holder = asyncio.ensure_future(asyncio.to_thread(hold_lock))
+    await asyncio.to_thread(locked.wait, 10)
+    try:
+        stuck = writer.write(lambda: Conversation.objects.filter(pk=conversation.pk).update(title="never"))
+        fine = writer.write(_make, user, "not held up")
+        results = await asyncio.wait_for(asyncio.gather(stuck, fine, return_exceptions=True), 10)
+    finally:
+        release.set()
+        await holder
+    assert isinstance(results[0], Exception) and "lock" in str(results[0]).lower()
+    assert results[1] is None
+    assert "not held up" in await _titles() and "never" not in await _titles()
