@@ -198,6 +198,7 @@ class LiveRun:
         # without recording an end; after the engine returned, the run finishes as it is.
         self.cancellable = False
         self.cancel_requested = False
+        self._task_cancelled = False
         self._waiter: asyncio.Event | None = None
         self._pending: list[RecordedEvent] = []
         self._flush_lock = asyncio.Lock()
@@ -321,8 +322,11 @@ class LiveRun:
             self._waiter = None
 
     def request_cancel(self) -> None:
+        """Cancel the run's task, once: a second cancel (the keeper, a ring and the caller can all
+        ask) would interrupt the clean-up the first one started (e.g. expiring a confirmation)."""
         self.cancel_requested = True
-        if self.cancellable and self.task is not None and not self.task.done():
+        if self.cancellable and not self._task_cancelled and self.task is not None and not self.task.done():
+            self._task_cancelled = True
             self.task.cancel()
 
     # --- consuming ---------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, Ru
 from tools_app.runner import ToolRunner
 
 from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread, insert_events
-from .group_commit import WRITER, insert_rows, update_row
+from .group_commit import WRITER, hold_reads_until, insert_rows, update_row
 from .failover import engine_attempts
 from .models import Conversation, Message, Run
 from .usage import run_cost_fields
@@ -135,7 +135,9 @@ class InProcessExecutor:
         live = LiveRun(launch.run_id, first=launch.started)
         self.live[launch.run_id] = live
         if launch.record is not None:
-            live.await_record(WRITER.write(record_run, launch.record, merge=record_runs))
+            written = WRITER.write(record_run, launch.record, merge=record_runs)
+            hold_reads_until((launch.run_id, launch.conversation_id), written)
+            live.await_record(written)
         # A fresh context: the run must not inherit the request's (asgiref's thread-sensitive
         # executor, which dies with the request).
         live.task = asyncio.create_task(self._execute(launch, live), name=f"run-{launch.run_id}",

@@ -292,3 +292,43 @@ def update_row(model: type, pk: Any, values: dict[str, Any], *, only_if_in: tupl
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
+
+
+# --- writes that reads must wait for ----------------------------------------------------------
+# A run's start rows are written beside its provider call, and its stream goes out meanwhile; a
+# read in this process of what the stream announced (the run, its conversation) waits for them.
+_PENDING: dict[str, threading.Event] = {}
+
+
+def hold_reads_until(keys: tuple[str, ...], future: asyncio.Future) -> None:
+    """Reads of ``keys`` (ids) in this process wait (:func:`wait_written`) until ``future`` is done."""
+    done = threading.Event()
+    for key in keys:
+        _PENDING[key] = done
+
+    def release(_: Any) -> None:
+        done.set()
+        for key in keys:
+            if _PENDING.get(key) is done:
+                del _PENDING[key]
+
+    future.add_done_callback(release)
+
+
+def wait_written(key: Any, timeout: float = 10.0) -> None:
+    """Until a pending write of ``key`` (see :func:`hold_reads_until`) is done; at once if none.
+
+    On the event loop it raises ``SynchronousOnlyOperation`` (as the ORM would) instead of
+    blocking it; ``AsyncApiView.burst`` then runs the read in a thread.
+    """
+    done = _PENDING.get(str(key))
+    if done is None or done.is_set():
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        done.wait(timeout)
+        return
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    raise SynchronousOnlyOperation("This read waits for a pending write; call it from a thread.")

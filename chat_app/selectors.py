@@ -8,6 +8,7 @@ from django.db.models import Q, QuerySet
 
 from core.errors import NotFound
 
+from .group_commit import wait_written
 from .models import Conversation, Message, Run, RunEvent
 
 
@@ -24,6 +25,8 @@ def conversation_list(*, user: Any) -> QuerySet[Conversation]:
 
 def conversation_get(*, user: Any, conversation_id: Any) -> Conversation:
     pk = _uuid_or_none(conversation_id)
+    if pk:
+        wait_written(pk)  # a run that started it a moment ago in this process
     conversation = Conversation.objects.select_related("agent").filter(id=pk, owner=user).first() if pk else None
     if conversation is None:
         raise NotFound("Conversation not found.", code="conversation_not_found")
@@ -37,6 +40,8 @@ def message_list(*, user: Any, conversation_id: Any) -> QuerySet[Message]:
 
 def run_get(*, user: Any, run_id: Any, not_found_code: str = "run_not_found") -> Run:
     pk = _uuid_or_none(run_id)
+    if pk:
+        wait_written(pk)  # a run that started a moment ago in this process
     run = (
         Run.objects.select_related("conversation", "agent").filter(id=pk, conversation__owner=user).first()
         if pk

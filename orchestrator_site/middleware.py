@@ -120,5 +120,22 @@ SessionMiddleware = inline_on_api_paths(sessions.SessionMiddleware)
 CommonMiddleware = inline_on_api_paths(common.CommonMiddleware)
 CsrfViewMiddleware = inline_on_api_paths(csrf.CsrfViewMiddleware)
 AuthenticationMiddleware = inline_on_api_paths(auth.AuthenticationMiddleware)
-MessageMiddleware = inline_on_api_paths(messages.MessageMiddleware)
+def skipped_on_api_paths(cls: type) -> type:
+    """``cls`` run as ``inline_on_api_paths`` does on other paths, and not at all on API paths:
+    for middleware no API response uses (the admin's flash messages: two storages built per
+    request for nothing)."""
+    inline = inline_on_api_paths(cls)
+
+    class SkippedOnApiPaths(inline):
+        async def __acall__(self, request: HttpRequest):
+            if _is_api(request):
+                return await self.get_response(request)
+            return await super().__acall__(request)
+
+    SkippedOnApiPaths.__name__ = SkippedOnApiPaths.__qualname__ = cls.__name__
+    SkippedOnApiPaths.__module__ = __name__
+    return SkippedOnApiPaths
+
+
+MessageMiddleware = skipped_on_api_paths(messages.MessageMiddleware)
 XFrameOptionsMiddleware = inline_on_api_paths(clickjacking.XFrameOptionsMiddleware)

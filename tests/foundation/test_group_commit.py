@@ -246,3 +246,27 @@ async def test_postgres_a_job_stuck_behind_a_row_lock_fails_alone(user, writer, 
     assert isinstance(results[0], Exception) and "lock" in str(results[0]).lower()
     assert results[1] is None
     assert "not held up" in await _titles() and "never" not in await _titles()
+
+
+async def test_reads_of_a_just_started_run_and_its_conversation_wait_for_its_start_rows(user):
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    from chat_app import selectors
+    from chat_app.group_commit import wait_written
+
+    gate, held = _hold_writer()
+    try:
+        created = await _deferred_start(user, "/sleep 5")
+        with pytest.raises(SynchronousOnlyOperation):  # never blocks the event loop
+            wait_written(created.conversation.id)
+        read = asyncio.ensure_future(asyncio.to_thread(
+            selectors.conversation_get, user=user, conversation_id=str(created.conversation.id)))
+        run_read = asyncio.ensure_future(asyncio.to_thread(selectors.run_get, user=user, run_id=str(created.run.id)))
+        await asyncio.sleep(0.2)
+        assert not read.done() and not run_read.done()  # waiting, not answering 404
+    finally:
+        gate.set()
+    await held
+    assert (await asyncio.wait_for(read, 10)).id == created.conversation.id
+    assert (await asyncio.wait_for(run_read, 10)).id == created.run.id
+    await services.run_cancel(user=user, run_id=str(created.run.id))
