@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -136,14 +137,51 @@ def close_pool_connections(timeout: float = 10.0) -> None:
     close_writer_connection(timeout)
 
 
+def _split_time(ts: float) -> tuple[float, int]:
+    """(whole seconds, microseconds) exactly as ``datetime.fromtimestamp`` splits a timestamp:
+    the fraction scaled to microseconds, rounded half to even, a full second carried over."""
+    fraction, whole = math.modf(ts)
+    micro = round(fraction * 1e6)
+    if micro >= 1_000_000:
+        return whole + 1.0, micro - 1_000_000
+    if micro < 0:
+        return whole - 1.0, micro + 1_000_000
+    return whole, micro
+
+
+def _second_text(whole: float) -> str:
+    return datetime.fromtimestamp(whole, tz=timezone.utc).replace(tzinfo=None).isoformat(" ")
+
+
+# The text of the last whole second each writer formatted: a batch's rows share their seconds,
+# so a row costs a split and a string, not a datetime and its timezone conversions.
+_SQLITE_SECOND: tuple[float, str] = (math.nan, "")
+_AWARE_SECOND: tuple[float, str] = (math.nan, "")
+
+
 def _sqlite_time(ts: float) -> str:
-    # What Django's SQLite backend stores for an aware datetime (naive UTC text), without the
-    # per-row timezone conversions of adapt_datetimefield_value (thousands of rows a second).
-    return datetime.fromtimestamp(ts, tz=timezone.utc).replace(tzinfo=None).isoformat(" ")
+    # What Django's SQLite backend stores for an aware datetime: naive UTC ISO text with a space,
+    # microseconds only when not zero (datetime.isoformat); without the per-row conversions of
+    # adapt_datetimefield_value (thousands of rows a second).
+    global _SQLITE_SECOND
+    whole, micro = _split_time(ts)
+    second, text = _SQLITE_SECOND
+    if second != whole:
+        text = _second_text(whole)
+        _SQLITE_SECOND = (whole, text)
+    return f"{text}.{micro:06d}" if micro else text
 
 
-def _aware_time(ts: float) -> Any:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
+def _aware_time(ts: float) -> str:
+    # ``datetime.fromtimestamp(ts, tz=timezone.utc)`` as the text PostgreSQL reads for a
+    # timestamptz (COPY's text format takes it as is, parsed by the server, not in Python).
+    global _AWARE_SECOND
+    whole, micro = _split_time(ts)
+    second, text = _AWARE_SECOND
+    if second != whole:
+        text = _second_text(whole)
+        _AWARE_SECOND = (whole, text)
+    return f"{text}.{micro:06d}+00:00"
 
 
 _SQL: dict[str, str] = {}

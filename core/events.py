@@ -58,6 +58,10 @@ class RunEventBase:
             out[key] = value
         return out
 
+    def to_json(self) -> str:
+        """``to_json(self.to_dict())``: the payload's one encoding (classes may give it faster)."""
+        return to_json(self.to_dict())
+
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> "RunEventBase":
         kwargs = {name: payload[key] for name, key in _field_keys(cls) if key in payload}
@@ -87,6 +91,16 @@ class TextDelta(RunEventBase):
     text: str
     # Which agent produced the text, for engines that switch agents (Ollama delegation).
     agent: str = ""
+
+    def to_json(self) -> str:
+        # Thousands a second: the same bytes as the generic encoder, without the payload dict
+        # (keys in field order, strings escaped by the encoder's own function).
+        text, agent = self.text, self.agent
+        if type(text) is not str or type(agent) is not str:
+            return super().to_json()
+        if agent:
+            return f'{{"text":{_encode_str(text)},"agent":{_encode_str(agent)}}}'
+        return f'{{"text":{_encode_str(text)},"agent":""}}'
 
 
 @dataclass
@@ -200,6 +214,8 @@ def event_from_dict(name: str, payload: dict[str, Any]) -> RunEventBase:
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+# The function _ENCODER escapes every string with (ensure_ascii=False): a string alone, encoded.
+_encode_str = json.encoder.encode_basestring
 
 
 def to_json(value: Any) -> str:
@@ -240,7 +256,8 @@ class RecordedEvent:
     @property
     def payload_json(self) -> str:
         if self._json is None:
-            self._json = to_json(self.payload)
+            # A payload read back from the database is encoded as read; a live event, by its class.
+            self._json = self.data.to_json() if self._payload is None else to_json(self._payload)
         return self._json
 
     @property
