@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 
 from core.doorbell import RunDoorbell, ring
-from core.events import RecordedEvent, RunEventBase
+from core.events import RecordedEvent, RunEventBase, TextDelta
 
 from .group_commit import WRITER
 from .models import Run, RunEvent
@@ -187,12 +187,36 @@ def _aware_time(ts: float) -> str:
 _SQL: dict[str, str] = {}
 
 
-def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
+# A live run keeps each text delta (thousands a run) as a plain ``(seq, ts, text, agent)``
+# tuple, not as its RecordedEvent and TextDelta: a tuple of strings and numbers is dropped from
+# the garbage collector's lists at its first collection, while two objects per delta, kept for
+# the run's life and its linger, were promoted to the oldest generation, whose full collections
+# (the whole heap, a few hundred ms) they triggered every few long runs. Readers get
+# RecordedEvents back (see _expand); the recorder writes the tuple's row directly.
+_DELTA = TextDelta.event
+
+
+def _compact(recorded: RecordedEvent) -> "RecordedEvent | tuple":
+    data = recorded.data
+    if type(data) is TextDelta and recorded._payload is None and type(data.text) is str and type(data.agent) is str:
+        return (recorded.seq, recorded.ts, data.text, data.agent)
+    return recorded
+
+
+def _expand(run_id: str, entry: "RecordedEvent | tuple") -> RecordedEvent:
+    if type(entry) is not tuple:
+        return entry
+    seq, ts, text, agent = entry
+    return RecordedEvent(run_id, seq, TextDelta(text, agent), ts)
+
+
+def insert_events(run_id: str, events: Iterable["RecordedEvent | tuple"]) -> None:
     """One statement for a batch of events (call inside a transaction, in a worker thread).
 
     PostgreSQL gets one ``COPY … FROM STDIN`` on psycopg's own cursor (rows formatted in C;
     Django's cursor binds parameters client-side, quoting every array element in Python, which
     cost more than the rest of a 5,000-delta stream); SQLite, in process, one ``executemany``.
+    ``events`` are RecordedEvents or a live run's compact deltas (see :func:`_compact`).
     """
     events = list(events)
     if not events:
@@ -203,13 +227,24 @@ def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
         sql = _SQL.get("copy") or _SQL.setdefault(
             "copy", f"COPY {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} FROM STDIN")
         with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
-            for e in events:
-                copy.write_row((run_key, e.seq, e.event, _aware_time(e.ts), e.payload_json))
+            write = copy.write_row
+            for row in _rows(run_key, events, _aware_time):
+                write(row)
         return
     sql = _SQL.get("insert") or _SQL.setdefault(
         "insert", f"INSERT INTO {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} VALUES (%s, %s, %s, %s, %s)")
     with connection.cursor() as cursor:
-        cursor.executemany(sql, [(run_key, e.seq, e.event, _sqlite_time(e.ts), e.payload_json) for e in events])
+        cursor.executemany(sql, list(_rows(run_key, events, _sqlite_time)))
+
+
+def _rows(run_key: Any, events: list, time_text: Callable[[float], str]) -> Iterable[tuple]:
+    json_of = TextDelta.json_of
+    for e in events:
+        if type(e) is tuple:
+            seq, ts, text, agent = e
+            yield run_key, seq, _DELTA, time_text(ts), json_of(text, agent)
+        else:
+            yield run_key, e.seq, e.event, time_text(e.ts), e.payload_json
 
 
 def _write_batch(run_id: str, events: list[RecordedEvent]) -> None:
@@ -278,9 +313,10 @@ class LiveRun:
         return recorded
 
     def publish(self, recorded: RecordedEvent, *, persist: bool = True) -> None:
-        self.events.append(recorded)
+        entry = _compact(recorded)
+        self.events.append(entry)
         if persist:
-            self._pending.append(recorded)
+            self._pending.append(entry)
             if self._flush_handle is None and not recorded.data.durable:
                 loop = asyncio.get_running_loop()
                 self._flush_handle = loop.call_later(float(settings.RUN_EVENT_FLUSH_INTERVAL), self._flush_soon)
@@ -419,7 +455,8 @@ class LiveSubscription(Subscription):
             if self.index < len(live.events):
                 batch = live.events[self.index:]
                 self.index = len(live.events)
-                return batch
+                run_id = live.run_id
+                return [_expand(run_id, entry) if type(entry) is tuple else entry for entry in batch]
             if live.done:
                 return None
             if deadline is None:
