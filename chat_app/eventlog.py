@@ -210,6 +210,36 @@ def _expand(run_id: str, entry: "RecordedEvent | tuple") -> RecordedEvent:
     return RecordedEvent(run_id, seq, TextDelta(text, agent), ts)
 
 
+def _readable(run_id: str, batch: list, *, merge: bool) -> list[RecordedEvent]:
+    """A batch of a live run's entries as RecordedEvents; with ``merge``, consecutive compact
+    deltas of one agent as one (its seq and time the last one's, as coalesce() merges them)."""
+    if not merge:
+        return [_expand(run_id, entry) if type(entry) is tuple else entry for entry in batch]
+    out: list[RecordedEvent] = []
+    texts: list[str] = []
+    last: tuple = ()
+    for entry in batch:
+        if type(entry) is tuple:
+            if texts and entry[3] != last[3]:
+                out.append(_merged(run_id, last, texts))
+                texts = []
+            texts.append(entry[2])
+            last = entry
+            continue
+        if texts:
+            out.append(_merged(run_id, last, texts))
+            texts = []
+        out.append(entry)
+    if texts:
+        out.append(_merged(run_id, last, texts))
+    return out
+
+
+def _merged(run_id: str, last: tuple, texts: list[str]) -> RecordedEvent:
+    seq, ts, _, agent = last
+    return RecordedEvent(run_id, seq, TextDelta("".join(texts), agent), ts)
+
+
 def insert_events(run_id: str, events: Iterable["RecordedEvent | tuple"]) -> None:
     """One statement for a batch of events (call inside a transaction, in a worker thread).
 
@@ -414,6 +444,11 @@ def _log_flush_failure(task: asyncio.Future) -> None:
 class Subscription:
     """Batches of a run's events after ``after_seq``, in order, until the run's end."""
 
+    # Set by a reader that merges consecutive text deltas of one agent anyway (stream_run
+    # coalesces them into one frame): a live run may then hand such a run of deltas as the one
+    # event coalesce() would make of it, without building an event per delta first.
+    merge_deltas: bool = False
+
     async def next(self, deadline: float | None = None) -> list[RecordedEvent] | None:
         """The next batch (never empty), or None when the run ended and everything was read.
 
@@ -455,8 +490,7 @@ class LiveSubscription(Subscription):
             if self.index < len(live.events):
                 batch = live.events[self.index:]
                 self.index = len(live.events)
-                run_id = live.run_id
-                return [_expand(run_id, entry) if type(entry) is tuple else entry for entry in batch]
+                return _readable(live.run_id, batch, merge=self.merge_deltas)
             if live.done:
                 return None
             if deadline is None:

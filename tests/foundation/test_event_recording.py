@@ -80,3 +80,20 @@ async def test_every_streamed_event_is_a_row_with_its_payload_seq_and_time(user)
     stored = StoredSubscription(str(created.run.id), 0, find_live=lambda run_id: None)  # as another process reads it
     replayed = [e async for e in stored]
     assert [(e.seq, e.event, e.payload, e.at) for e in replayed] == [(e.seq, e.event, e.payload, e.at) for e in streamed]
+
+
+async def test_a_merging_reader_gets_what_coalesce_makes_of_the_batch():
+    from chat_app.transports.base import coalesce
+
+    live = LiveRun("run-m")
+    items = [TextDelta("a"), TextDelta("b"), TextDelta("c", agent="x"), Thought("t"), TextDelta("d"),
+             TextDelta("e"), TextDelta("f", agent="x"), TextDelta("g", agent="x")]
+    for data in items:
+        live.publish(live.make(data), persist=False)
+    every = await LiveSubscription(live).next()
+    merging = LiveSubscription(live)
+    merging.merge_deltas = True
+    merged = await merging.next()
+    expected = coalesce(every)
+    assert [(e.seq, e.event, e.ts, e.payload_json) for e in merged] == [(e.seq, e.event, e.ts, e.payload_json) for e in expected]
+    assert [e.payload["text"] for e in merged] == ["ab", "c", "t", "de", "fg"]
