@@ -149,6 +149,9 @@ def _split_time(ts: float) -> tuple[float, int]:
     return whole, micro
 
 
+_modf = math.modf
+
+
 def _second_text(whole: float) -> str:
     return datetime.fromtimestamp(whole, tz=timezone.utc).replace(tzinfo=None).isoformat(" ")
 
@@ -164,7 +167,10 @@ def _sqlite_time(ts: float) -> str:
     # microseconds only when not zero (datetime.isoformat); without the per-row conversions of
     # adapt_datetimefield_value (thousands of rows a second).
     global _SQLITE_SECOND
-    whole, micro = _split_time(ts)
+    fraction, whole = _modf(ts)
+    micro = round(fraction * 1e6)
+    if not 0 <= micro < 1_000_000:
+        whole, micro = _split_time(ts)
     second, text = _SQLITE_SECOND
     if second != whole:
         text = _second_text(whole)
@@ -176,7 +182,10 @@ def _aware_time(ts: float) -> str:
     # ``datetime.fromtimestamp(ts, tz=timezone.utc)`` as the text PostgreSQL reads for a
     # timestamptz (COPY's text format takes it as is, parsed by the server, not in Python).
     global _AWARE_SECOND
-    whole, micro = _split_time(ts)
+    fraction, whole = _modf(ts)
+    micro = round(fraction * 1e6)
+    if not 0 <= micro < 1_000_000:
+        whole, micro = _split_time(ts)
     second, text = _AWARE_SECOND
     if second != whole:
         text = _second_text(whole)
@@ -254,6 +263,7 @@ def insert_events(run_id: str, events: Iterable["RecordedEvent | tuple"]) -> Non
     run_key = RunEvent._meta.get_field("run").get_db_prep_value(run_id, connection)
     columns = "(run_id, seq, event, at, payload)"
     if connection.vendor == "postgresql":
+        run_key = str(run_key)  # COPY text takes a uuid's text; psycopg's UUID dumper is Python, per row
         sql = _SQL.get("copy") or _SQL.setdefault(
             "copy", f"COPY {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} FROM STDIN")
         with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
