@@ -7,7 +7,9 @@ objects a live run does. Dialects read attributes (``event.text``), never payloa
 
 :class:`RecordedEvent` is an event with its place in the run's log (``seq``) and its time. Its
 payload dict and JSON text are computed at most once, on first use, and shared by the recorder
-and every subscriber: a delta is encoded once however many clients read it.
+and every subscriber. ``to_json()`` is the payload's one encoding; :class:`TextDelta` (thousands
+a run) gives it directly, byte for byte the generic one, without building the dict. (A live run
+keeps its deltas compactly and rebuilds them for readers: see ``chat_app.eventlog``.)
 """
 from __future__ import annotations
 
