@@ -97,3 +97,23 @@ async def test_a_merging_reader_gets_what_coalesce_makes_of_the_batch():
     expected = coalesce(every)
     assert [(e.seq, e.event, e.ts, e.payload_json) for e in merged] == [(e.seq, e.event, e.ts, e.payload_json) for e in expected]
     assert [e.payload["text"] for e in merged] == ["ab", "c", "t", "de", "fg"]
+
+
+@pytest.mark.parametrize("text", TRICKY[:-2] + ["tab\there", "\b\f\v\r", "\\n not a newline"])
+def test_copy_text_is_what_psycopg_writes_for_the_rows(text):
+    pytest.importorskip("psycopg")
+    from psycopg._copy_base import TextFormatter
+    from psycopg.adapt import Transformer
+
+    from chat_app.eventlog import _compact, _copy_text
+    from core.events import RunEnded, ToolCallState, UnknownEvent
+
+    events = [RecordedEvent("r", 5, TextDelta(text=text, agent=text)),
+              RecordedEvent("r", 6, ToolCallState(tool_call_id="t1", name="x", status="running", input={text: [text, 1, None]},
+                                                  output=text)),
+              RecordedEvent("r", 7, UnknownEvent(name=f"odd\t{text}".replace("\x00", ""), payload={"k": text})),
+              RecordedEvent("r", 123456, RunEnded(status="succeeded", text=text))]
+    formatter = TextFormatter(Transformer())
+    for e in events:
+        formatter.write_row(("run-key", e.seq, e.event, _aware_time(e.ts), e.payload_json))
+    assert _copy_text("run-key", [_compact(events[0]), *events[1:]]).encode() == bytes(formatter.end())
