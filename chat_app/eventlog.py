@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 
 from core.doorbell import RunDoorbell, ring
-from core.events import RecordedEvent, RunEventBase
+from core.events import RecordedEvent, RunEventBase, TextDelta
 
 from .group_commit import WRITER
 from .models import Run, RunEvent
@@ -136,25 +137,126 @@ def close_pool_connections(timeout: float = 10.0) -> None:
     close_writer_connection(timeout)
 
 
+def _split_time(ts: float) -> tuple[float, int]:
+    """(whole seconds, microseconds) exactly as ``datetime.fromtimestamp`` splits a timestamp:
+    the fraction scaled to microseconds, rounded half to even, a full second carried over."""
+    fraction, whole = math.modf(ts)
+    micro = round(fraction * 1e6)
+    if micro >= 1_000_000:
+        return whole + 1.0, micro - 1_000_000
+    if micro < 0:
+        return whole - 1.0, micro + 1_000_000
+    return whole, micro
+
+
+_modf = math.modf
+
+
+def _second_text(whole: float) -> str:
+    return datetime.fromtimestamp(whole, tz=timezone.utc).replace(tzinfo=None).isoformat(" ")
+
+
+# The text of the last whole second each writer formatted: a batch's rows share their seconds,
+# so a row costs a split and a string, not a datetime and its timezone conversions.
+_SQLITE_SECOND: tuple[float, str] = (math.nan, "")
+_AWARE_SECOND: tuple[float, str] = (math.nan, "")
+
+
 def _sqlite_time(ts: float) -> str:
-    # What Django's SQLite backend stores for an aware datetime (naive UTC text), without the
-    # per-row timezone conversions of adapt_datetimefield_value (thousands of rows a second).
-    return datetime.fromtimestamp(ts, tz=timezone.utc).replace(tzinfo=None).isoformat(" ")
+    # What Django's SQLite backend stores for an aware datetime: naive UTC ISO text with a space,
+    # microseconds only when not zero (datetime.isoformat); without the per-row conversions of
+    # adapt_datetimefield_value (thousands of rows a second).
+    global _SQLITE_SECOND
+    fraction, whole = _modf(ts)
+    micro = round(fraction * 1e6)
+    if not 0 <= micro < 1_000_000:
+        whole, micro = _split_time(ts)
+    second, text = _SQLITE_SECOND
+    if second != whole:
+        text = _second_text(whole)
+        _SQLITE_SECOND = (whole, text)
+    return f"{text}.{micro:06d}" if micro else text
 
 
-def _aware_time(ts: float) -> Any:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
+def _aware_time(ts: float) -> str:
+    # ``datetime.fromtimestamp(ts, tz=timezone.utc)`` as the text PostgreSQL reads for a
+    # timestamptz (COPY's text format takes it as is, parsed by the server, not in Python).
+    global _AWARE_SECOND
+    fraction, whole = _modf(ts)
+    micro = round(fraction * 1e6)
+    if not 0 <= micro < 1_000_000:
+        whole, micro = _split_time(ts)
+    second, text = _AWARE_SECOND
+    if second != whole:
+        text = _second_text(whole)
+        _AWARE_SECOND = (whole, text)
+    return f"{text}.{micro:06d}+00:00"
 
 
 _SQL: dict[str, str] = {}
 
 
-def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
+# A live run keeps each text delta (thousands a run) as a plain ``(seq, ts, text, agent)``
+# tuple, not as its RecordedEvent and TextDelta: a tuple of strings and numbers is dropped from
+# the garbage collector's lists at its first collection, while two objects per delta, kept for
+# the run's life and its linger, were promoted to the oldest generation and triggered its full
+# collections every few long runs (5-6 us a delta, measured with gc.callbacks; none in the bare
+# relay). Readers get RecordedEvents back (see _readable); the recorder writes the tuple's row
+# directly.
+_DELTA = TextDelta.event
+
+
+def _compact(recorded: RecordedEvent) -> "RecordedEvent | tuple":
+    data = recorded.data
+    if type(data) is TextDelta and recorded._payload is None and type(data.text) is str and type(data.agent) is str:
+        return (recorded.seq, recorded.ts, data.text, data.agent)
+    return recorded
+
+
+def _expand(run_id: str, entry: "RecordedEvent | tuple") -> RecordedEvent:
+    if type(entry) is not tuple:
+        return entry
+    seq, ts, text, agent = entry
+    return RecordedEvent(run_id, seq, TextDelta(text, agent), ts)
+
+
+def _readable(run_id: str, batch: list, *, merge: bool) -> list[RecordedEvent]:
+    """A batch of a live run's entries as RecordedEvents; with ``merge``, consecutive compact
+    deltas of one agent as one (its seq and time the last one's, as coalesce() merges them)."""
+    if not merge:
+        return [_expand(run_id, entry) if type(entry) is tuple else entry for entry in batch]
+    out: list[RecordedEvent] = []
+    texts: list[str] = []
+    last: tuple = ()
+    for entry in batch:
+        if type(entry) is tuple:
+            if texts and entry[3] != last[3]:
+                out.append(_merged(run_id, last, texts))
+                texts = []
+            texts.append(entry[2])
+            last = entry
+            continue
+        if texts:
+            out.append(_merged(run_id, last, texts))
+            texts = []
+        out.append(entry)
+    if texts:
+        out.append(_merged(run_id, last, texts))
+    return out
+
+
+def _merged(run_id: str, last: tuple, texts: list[str]) -> RecordedEvent:
+    seq, ts, _, agent = last
+    return RecordedEvent(run_id, seq, TextDelta("".join(texts), agent), ts)
+
+
+def insert_events(run_id: str, events: Iterable["RecordedEvent | tuple"]) -> None:
     """One statement for a batch of events (call inside a transaction, in a worker thread).
 
     PostgreSQL gets one ``COPY … FROM STDIN`` on psycopg's own cursor (rows formatted in C;
     Django's cursor binds parameters client-side, quoting every array element in Python, which
     cost more than the rest of a 5,000-delta stream); SQLite, in process, one ``executemany``.
+    ``events`` are RecordedEvents or a live run's compact deltas (see :func:`_compact`).
     """
     events = list(events)
     if not events:
@@ -162,16 +264,50 @@ def insert_events(run_id: str, events: Iterable[RecordedEvent]) -> None:
     run_key = RunEvent._meta.get_field("run").get_db_prep_value(run_id, connection)
     columns = "(run_id, seq, event, at, payload)"
     if connection.vendor == "postgresql":
+        run_key = str(run_key)  # COPY text takes a uuid's text; psycopg's UUID dumper is Python, per row
         sql = _SQL.get("copy") or _SQL.setdefault(
             "copy", f"COPY {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} FROM STDIN")
         with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
-            for e in events:
-                copy.write_row((run_key, e.seq, e.event, _aware_time(e.ts), e.payload_json))
+            copy.write(_copy_text(run_key, events))
         return
     sql = _SQL.get("insert") or _SQL.setdefault(
         "insert", f"INSERT INTO {connection.ops.quote_name(RunEvent._meta.db_table)} {columns} VALUES (%s, %s, %s, %s, %s)")
     with connection.cursor() as cursor:
-        cursor.executemany(sql, [(run_key, e.seq, e.event, _sqlite_time(e.ts), e.payload_json) for e in events])
+        cursor.executemany(sql, list(_rows(run_key, events, _sqlite_time)))
+
+
+def _rows(run_key: Any, events: list, time_text: Callable[[float], str]) -> Iterable[tuple]:
+    json_of = TextDelta.json_of
+    for e in events:
+        if type(e) is tuple:
+            seq, ts, text, agent = e
+            yield run_key, seq, _DELTA, time_text(ts), json_of(text, agent)
+        else:
+            yield run_key, e.seq, e.event, time_text(e.ts), e.payload_json
+
+
+# COPY's text format: a backslash and the control characters it names are escaped (what
+# psycopg's write_row does to every text value).
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v",
+                               "\f": "\\f", "\r": "\\r"})
+
+
+def _copy_text(run_key: str, events: list) -> str:
+    """The batch as COPY text, one line per row, built in one pass (psycopg's write_row costs a
+    Python call and a dumper lookup per value). The payload is JSON from the one encoder: it
+    holds no raw control character (the encoder escapes them in strings and writes no
+    whitespace), so of COPY's escapes only the backslash's applies."""
+    json_of = TextDelta.json_of
+    lines = []
+    for e in events:
+        if type(e) is tuple:
+            seq, ts, text, agent = e
+            name, at, payload = _DELTA, _aware_time(ts), json_of(text, agent)
+        else:
+            seq, name, at, payload = e.seq, e.event.translate(_COPY_ESCAPES), _aware_time(e.ts), e.payload_json
+        payload = payload.replace("\\", "\\\\")
+        lines.append(f"{run_key}\t{seq}\t{name}\t{at}\t{payload}\n")
+    return "".join(lines)
 
 
 def _write_batch(run_id: str, events: list[RecordedEvent]) -> None:
@@ -241,9 +377,10 @@ class LiveRun:
         return recorded
 
     def publish(self, recorded: RecordedEvent, *, persist: bool = True) -> None:
-        self.events.append(recorded)
+        entry = _compact(recorded)
+        self.events.append(entry)
         if persist:
-            self._pending.append(recorded)
+            self._pending.append(entry)
             if self._flush_handle is None and not recorded.data.durable:
                 loop = asyncio.get_running_loop()
                 self._flush_handle = loop.call_later(float(settings.RUN_EVENT_FLUSH_INTERVAL), self._flush_soon)
@@ -344,6 +481,11 @@ def _log_flush_failure(task: asyncio.Future) -> None:
 class Subscription:
     """Batches of a run's events after ``after_seq``, in order, until the run's end."""
 
+    # Set by a reader that merges consecutive text deltas of one agent anyway (stream_run
+    # coalesces them into one frame): a live run may then hand such a run of deltas as the one
+    # event coalesce() would make of it, without building an event per delta first.
+    merge_deltas: bool = False
+
     async def next(self, deadline: float | None = None) -> list[RecordedEvent] | None:
         """The next batch (never empty), or None when the run ended and everything was read.
 
@@ -385,7 +527,7 @@ class LiveSubscription(Subscription):
             if self.index < len(live.events):
                 batch = live.events[self.index:]
                 self.index = len(live.events)
-                return batch
+                return _readable(live.run_id, batch, merge=self.merge_deltas)
             if live.done:
                 return None
             if deadline is None:

@@ -73,19 +73,26 @@ class ClaudeEngine(Engine):
         stop_reason: str | None = None
         max_steps = max(1, int(getattr(ctx.agent, "max_steps", 10) or 10))
         steps = 0
+        loop_time = asyncio.get_running_loop().time
         while True:
             steps += 1
             turn = _Turn()
             try:
-                async for event in _stream_request(client, {**params, "messages": messages}):
-                    text = turn.feed(event)
-                    if text:
-                        if not turn.spoke and said:
-                            said.append(_TURN_SEPARATOR)
-                            yield TextDelta(text=_TURN_SEPARATOR)
-                        turn.spoke = True
-                        said.append(text)
-                        yield TextDelta(text=text)
+                # The request's events are read here, not through a helper generator: a text
+                # delta (thousands a second) costs one hop to the run, and no more.
+                stream, deadline = await _open_stream(client, {**params, "messages": messages})
+                async with stream:
+                    async for event in stream:
+                        text = turn.feed(event)
+                        if text:
+                            if not turn.spoke and said:
+                                said.append(_TURN_SEPARATOR)
+                                yield TextDelta(text=_TURN_SEPARATOR)
+                            turn.spoke = True
+                            said.append(text)
+                            yield TextDelta(text=text)
+                        if loop_time() > deadline.at:
+                            raise _RequestDeadline(deadline.seconds)
             except Exception as exc:  # noqa: BLE001 - every provider failure becomes an EngineError
                 raise classify_error(exc, model=model, base_url=base_url, run_id=ctx.run_id) from exc
             _add_usage(usage, turn.usage)
@@ -161,7 +168,7 @@ def shared_client(target: Any = None) -> anthropic.AsyncAnthropic:
             **auth,
             base_url=base_url,
             max_retries=retries,
-            # The SDK's per-read timeout; the overall deadline is enforced in _stream_request.
+            # The SDK's per-read timeout; the overall deadline is enforced in _open_stream.
             timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
             # Sized for many concurrent streams (ANTHROPIC_MAX_CONNECTIONS in all): one per open stream.
             http_client=anthropic.DefaultAsyncHttpxClient(
@@ -177,27 +184,29 @@ class _RequestDeadline(Exception):
         self.seconds = seconds
 
 
-async def _stream_request(client: anthropic.AsyncAnthropic, params: dict[str, Any]) -> AsyncIterator[Any]:
-    """Raw stream events of one request, under an overall ``ANTHROPIC_TIMEOUT`` deadline.
+@dataclass(frozen=True)
+class _Deadline:
+    at: float  # the event loop's clock
+    seconds: float
+
+
+async def _open_stream(client: anthropic.AsyncAnthropic, params: dict[str, Any]) -> tuple[Any, _Deadline]:
+    """Start one streamed request under an overall ``ANTHROPIC_TIMEOUT`` deadline.
 
     Waiting for the response is bounded by the deadline; a stream that goes silent is ended by
     the SDK's read timeout (the same number of seconds); one that keeps trickling past the
-    deadline is ended at its next event. No timeout scope wraps a ``yield`` (it would cancel
-    whatever the caller does meanwhile), and none is set per event (thousands a second).
+    deadline is ended by the reader at its next event (see :meth:`ClaudeEngine.run`). No timeout
+    scope wraps the reading (it would wrap the engine's ``yield``, and cancel whatever the caller
+    does meanwhile), and none is set per event (thousands a second).
     """
     seconds = float(getattr(settings, "ANTHROPIC_TIMEOUT", 120.0))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
+    deadline = _Deadline(asyncio.get_running_loop().time() + seconds, seconds)
     try:
-        async with asyncio.timeout_at(deadline):
+        async with asyncio.timeout_at(deadline.at):
             stream = await client.messages.create(**params, stream=True)
     except TimeoutError as exc:
         raise _RequestDeadline(seconds) from exc
-    async with stream:
-        async for event in stream:
-            yield event
-            if loop.time() > deadline:
-                raise _RequestDeadline(seconds)
+    return stream, deadline
 
 
 # --- one model response, accumulated from raw events -------------------------------------------
@@ -205,16 +214,26 @@ async def _stream_request(client: anthropic.AsyncAnthropic, params: dict[str, An
 @dataclass
 class _Block:
     type: str
-    text: str = ""
+    # Streamed text is collected in parts and joined once (``text += delta`` on an attribute
+    # copies the whole text per delta: quadratic in the answer's length).
+    text_parts: list[str] = field(default_factory=list)
     id: str = ""
     name: str = ""
     input: dict[str, Any] = field(default_factory=dict)
     json_parts: list[str] = field(default_factory=list)
     raw_json: str = ""
     input_error: str | None = None
-    thinking: str = ""
+    thinking_parts: list[str] = field(default_factory=list)
     signature: str = ""
     data: str = ""
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    @property
+    def thinking(self) -> str:
+        return "".join(self.thinking_parts)
 
     def finish(self) -> None:
         if self.type != "tool_use":
@@ -236,7 +255,8 @@ class _Block:
     def to_param(self) -> dict[str, Any] | None:
         """The block as sent back to the API in the assistant turn (None: leave it out)."""
         if self.type == "text":
-            return {"type": "text", "text": self.text} if self.text else None
+            text = self.text
+            return {"type": "text", "text": text} if text else None
         if self.type == "tool_use":
             return {"type": "tool_use", "id": self.id, "name": self.name,
                     "input": self.input if self.input_error is None else {}}
@@ -260,35 +280,37 @@ class _Turn:
     def feed(self, event: Any) -> str:
         """Take one raw event; returns the text it adds to the answer (often empty)."""
         kind = getattr(event, "type", "")
-        if kind == "message_start":
-            self.usage = _usage_dict(event.message.usage)
-        elif kind == "content_block_start":
-            cb = event.content_block
-            block = _Block(type=cb.type)
-            if cb.type == "tool_use":
-                block.id, block.name = cb.id, cb.name
-                block.input = dict(cb.input) if isinstance(cb.input, dict) else {}
-            elif cb.type == "text":
-                block.text = cb.text or ""
-            elif cb.type == "redacted_thinking":
-                block.data = getattr(cb, "data", "")
-            self._by_index[event.index] = block
-            self.blocks.append(block)
-            return block.text
-        elif kind == "content_block_delta":
+        if kind == "content_block_delta":  # nearly every event: first
             block = self._by_index.get(event.index)
             delta = event.delta
             if block is None:
                 return ""
             if delta.type == "text_delta":
-                block.text += delta.text
+                block.text_parts.append(delta.text)
                 return delta.text
             if delta.type == "input_json_delta":
                 block.json_parts.append(delta.partial_json)
             elif delta.type == "thinking_delta":
-                block.thinking += delta.thinking
+                block.thinking_parts.append(delta.thinking)
             elif delta.type == "signature_delta":
                 block.signature += delta.signature
+        elif kind == "message_start":
+            self.usage = _usage_dict(event.message.usage)
+        elif kind == "content_block_start":
+            cb = event.content_block
+            block = _Block(type=cb.type)
+            text = ""
+            if cb.type == "tool_use":
+                block.id, block.name = cb.id, cb.name
+                block.input = dict(cb.input) if isinstance(cb.input, dict) else {}
+            elif cb.type == "text":
+                text = cb.text or ""
+                block.text_parts.append(text)
+            elif cb.type == "redacted_thinking":
+                block.data = getattr(cb, "data", "")
+            self._by_index[event.index] = block
+            self.blocks.append(block)
+            return text
         elif kind == "content_block_stop":
             block = self._by_index.get(event.index)
             if block is not None:

@@ -143,6 +143,8 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
     """
     loop = asyncio.get_running_loop()
     ended = False
+    if hasattr(subscription, "merge_deltas"):
+        subscription.merge_deltas = True  # the batch is coalesced below anyway
     try:
         # The frames go out as the events come, without waiting for the run's start rows to be
         # committed (the group-commit writer lands them beside the provider call): what a client
