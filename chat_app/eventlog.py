@@ -325,7 +325,7 @@ class LiveRun:
 
     def __init__(self, run_id: str, *, first: RecordedEvent | None = None, next_seq: int = 1):
         self.run_id = str(run_id)
-        self.events: list[RecordedEvent] = []
+        self.events: list[RecordedEvent | tuple] = []  # deltas kept compact: see publish
         self.first_seq = first.seq if first else next_seq
         self._next_seq = self.first_seq
         self.done = False
@@ -581,6 +581,7 @@ class StoredSubscription(Subscription):
             live = self._find_live(self.run_id)
             if live is not None:  # it started executing here meanwhile
                 self._local = LiveSubscription(live, self.last)
+                self._local.merge_deltas = self.merge_deltas
                 continue
             wait = SAFETY_NET_SECONDS
             if deadline is not None:
