@@ -156,40 +156,38 @@ def _second_text(whole: float) -> str:
     return datetime.fromtimestamp(whole, tz=timezone.utc).replace(tzinfo=None).isoformat(" ")
 
 
-# The text of the last whole second each writer formatted: a batch's rows share their seconds,
-# so a row costs a split and a string, not a datetime and its timezone conversions.
-_SQLITE_SECOND: tuple[float, str] = (math.nan, "")
-_AWARE_SECOND: tuple[float, str] = (math.nan, "")
+# The text of the last whole second formatted: a batch's rows share their seconds, so a row
+# costs a split and a string, not a datetime and its timezone conversions.
+_SECOND: tuple[float, str] = (math.nan, "")
+
+
+def _second_and_micro(ts: float) -> tuple[str, int]:
+    """(the naive UTC ISO text of ``ts``'s whole second, its microseconds), as
+    ``datetime.fromtimestamp`` splits it; the second's text is cached."""
+    global _SECOND
+    fraction, whole = _modf(ts)
+    micro = round(fraction * 1e6)
+    if not 0 <= micro < 1_000_000:
+        whole, micro = _split_time(ts)
+    second, text = _SECOND
+    if second != whole:
+        text = _second_text(whole)
+        _SECOND = (whole, text)
+    return text, micro
 
 
 def _sqlite_time(ts: float) -> str:
     # What Django's SQLite backend stores for an aware datetime: naive UTC ISO text with a space,
     # microseconds only when not zero (datetime.isoformat); without the per-row conversions of
     # adapt_datetimefield_value (thousands of rows a second).
-    global _SQLITE_SECOND
-    fraction, whole = _modf(ts)
-    micro = round(fraction * 1e6)
-    if not 0 <= micro < 1_000_000:
-        whole, micro = _split_time(ts)
-    second, text = _SQLITE_SECOND
-    if second != whole:
-        text = _second_text(whole)
-        _SQLITE_SECOND = (whole, text)
+    text, micro = _second_and_micro(ts)
     return f"{text}.{micro:06d}" if micro else text
 
 
 def _aware_time(ts: float) -> str:
     # ``datetime.fromtimestamp(ts, tz=timezone.utc)`` as the text PostgreSQL reads for a
     # timestamptz (COPY's text format takes it as is, parsed by the server, not in Python).
-    global _AWARE_SECOND
-    fraction, whole = _modf(ts)
-    micro = round(fraction * 1e6)
-    if not 0 <= micro < 1_000_000:
-        whole, micro = _split_time(ts)
-    second, text = _AWARE_SECOND
-    if second != whole:
-        text = _second_text(whole)
-        _AWARE_SECOND = (whole, text)
+    text, micro = _second_and_micro(ts)
     return f"{text}.{micro:06d}+00:00"
 
 
