@@ -134,14 +134,14 @@ class InProcessExecutor:
             return
         live = LiveRun(launch.run_id, first=launch.started)
         self.live[launch.run_id] = live
-        if launch.record is not None:
-            written = WRITER.write(record_run, launch.record, merge=record_runs)
-            hold_reads_until((launch.run_id, launch.conversation_id), written)
-            live.await_record(written)
         # A fresh context: the run must not inherit the request's (asgiref's thread-sensitive
         # executor, which dies with the request).
         live.task = asyncio.create_task(self._execute(launch, live), name=f"run-{launch.run_id}",
                                         context=contextvars.Context())
+        if launch.record is not None:  # queued behind the task's first step (its provider request)
+            written = WRITER.write_soon(record_run, launch.record, merge=record_runs)
+            hold_reads_until((launch.run_id, launch.conversation_id), written)
+            live.await_record(written)
         self._ensure_keeper()
 
     async def cancel(self, run_id: str) -> bool:

@@ -79,6 +79,16 @@ class GroupCommitWriter:
         self._put(job)
         return job.future
 
+    def write_soon(self, func: Callable[..., Any], *args: Any,
+                   merge: Callable[[list[tuple]], Any] | None = None) -> asyncio.Future:
+        """:meth:`write`, handed to the thread only after the callbacks already scheduled on the
+        loop have run — e.g. a new run's first step, which builds and sends its provider request:
+        the woken thread would otherwise take the GIL from it (traced: ~2 ms later request)."""
+        loop = asyncio.get_running_loop()
+        job = _Job(func, args, merge, loop, loop.create_future())
+        loop.call_soon(self._put, job)
+        return job.future
+
     def write_sync(self, func: Callable[..., Any], *args: Any) -> Any:
         """For a caller on a thread (not the event loop): queue the job and wait for its commit."""
         job = _Job(func, args, None, None, _SyncResult())
