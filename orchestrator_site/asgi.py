@@ -8,10 +8,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator_site.settings")
 get_asgi_application()  # django.setup(), before the handler below imports its dependencies
 
 from orchestrator_site.asgi_handler import OrchestratorASGIHandler  # noqa: E402
+from orchestrator_site.stream_lane import StreamLane  # noqa: E402
 
 # Static files (admin, the offline Swagger UI assets, the chat page) are served by the app itself
 # so the two-command quick start needs no web server or collectstatic step.
-django_asgi_app = ASGIStaticFilesHandler(OrchestratorASGIHandler())
+# Token-authenticated requests to the streaming views take the stream lane (see its module).
+django_asgi_app = ASGIStaticFilesHandler(StreamLane(OrchestratorASGIHandler()))
 
 # Under ASGI each request's sync work runs on threads of its own (and the database work of runs
 # and streams on the database pool, which manages its connections), so closing "old" connections

@@ -217,7 +217,7 @@ ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 120.0)
 ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 2)
 # Connections the shared Anthropic client may open at once (one per concurrently streaming run).
 ANTHROPIC_MAX_CONNECTIONS = env_int("ANTHROPIC_MAX_CONNECTIONS", 2000)
-# Clients (connection pools) those connections are spread over, used in turn (see shared_client).
+# Clients (connection pools) those connections are spread over, the least busy first (see lease_client).
 ANTHROPIC_POOL_SHARDS = env_int("ANTHROPIC_POOL_SHARDS", 8)
 OLLAMA_URL = env("OLLAMA_URL", "http://localhost:11434")
 OLLAMA_MODEL = env("OLLAMA_MODEL", "gpt-oss-20b")
@@ -244,6 +244,9 @@ PROVIDER_MAX_ATTEMPTS = env_int("PROVIDER_MAX_ATTEMPTS", 3)
 # --- Runs, streams, confirmations -----------------------------------------------------------
 WORKSPACES_ROOT = Path(env("WORKSPACES_ROOT", str(BASE_DIR / "workspaces"))).resolve()
 SSE_PING_INTERVAL = env_float("SSE_PING_INTERVAL", 15.0)
+# Token-authenticated requests to the streaming views skip Django's middleware path when it has
+# nothing to do for them (orchestrator_site/stream_lane.py); 0 sends every request through it.
+STREAM_LANE = env_bool("STREAM_LANE", True)
 RUN_TIMEOUT = env_float("RUN_TIMEOUT", 600.0)
 CONFIRMATION_TIMEOUT = env_float("CONFIRMATION_TIMEOUT", 300.0)
 # How often a waiting run re-reads its confirmation row in case a doorbell was lost.

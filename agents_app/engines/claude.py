@@ -15,7 +15,6 @@ Each request has an overall deadline, ``ANTHROPIC_TIMEOUT`` seconds, covering th
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import re
@@ -56,91 +55,106 @@ class ClaudeEngine(Engine):
 
     async def run(self, ctx: EngineContext) -> AsyncIterator[RunEventBase | EngineResult]:
         model = ctx.model or settings.ANTHROPIC_MODEL
-        client = shared_client(ctx.provider)
-        base_url = str(client.base_url)
-        messages: list[dict[str, Any]] = [
-            {"role": item["role"], "content": item["content"]} for item in ctx.history if item.get("content")
-        ]
-        messages.append({"role": "user", "content": ctx.user_input})
-        params: dict[str, Any] = {"model": model, "max_tokens": int(settings.ANTHROPIC_MAX_TOKENS)}
-        if ctx.system_prompt:
-            params["system"] = ctx.system_prompt
-        tool_specs = ctx.tools.specs()
-        if tool_specs:
-            params["tools"] = tool_specs
-        usage: dict[str, int] = {}
-        said: list[str] = []
-        stop_reason: str | None = None
-        max_steps = max(1, int(getattr(ctx.agent, "max_steps", 10) or 10))
-        steps = 0
-        loop_time = asyncio.get_running_loop().time
-        while True:
-            steps += 1
-            turn = _Turn()
-            try:
-                # The request's events are read here, not through a helper generator: a text
-                # delta (thousands a second) costs one hop to the run, and no more.
-                stream, deadline = await _open_stream(client, {**params, "messages": messages})
-                async with stream:
-                    async for event in stream:
-                        text = turn.feed(event)
-                        if text:
-                            if not turn.spoke and said:
-                                said.append(_TURN_SEPARATOR)
-                                yield TextDelta(text=_TURN_SEPARATOR)
-                            turn.spoke = True
-                            said.append(text)
-                            yield TextDelta(text=text)
-                        if loop_time() > deadline.at:
-                            raise _RequestDeadline(deadline.seconds)
-            except Exception as exc:  # noqa: BLE001 - every provider failure becomes an EngineError
-                raise classify_error(exc, model=model, base_url=base_url, run_id=ctx.run_id) from exc
-            _add_usage(usage, turn.usage)
-            stop_reason = turn.stop_reason
-            tool_uses = [b for b in turn.blocks if b.type == "tool_use"]
-            if stop_reason != "tool_use" or not tool_uses:
-                break
-            if steps >= max_steps:
-                note = f"[Stopped: the step limit of {max_steps} model requests was reached.]"
-                if said:
-                    said.append(_TURN_SEPARATOR)
-                    yield TextDelta(text=_TURN_SEPARATOR)
-                said.append(note)
-                yield TextDelta(text=note)
-                stop_reason = "step_limit"
-                break
-            messages.append({"role": "assistant", "content": [b.to_param() for b in turn.blocks if b.to_param()]})
-            results = []
-            for block in tool_uses:
-                # A bad JSON document is passed on as a string: the runner refuses it readably.
-                tool_input: Any = block.input if block.input_error is None else block.raw_json
-                result = await ctx.tools.call(tool_call_id=block.id, name=block.name, input=tool_input)
-                results.append({
-                    "type": "tool_result",
-                    "tool_use_id": block.id,
-                    "content": result.output or "(no output)",
-                    "is_error": bool(result.is_error),
-                })
-            messages.append({"role": "user", "content": results})
-        yield EngineResult(
-            text="".join(said),
-            usage=usage,
-            session_id=ctx.session_id or f"claude-{uuid.uuid4().hex}",
-            metadata={"stopReason": stop_reason, "steps": steps},
-        )
+        client, release = lease_client(ctx.provider)
+        try:
+            base_url = str(client.base_url)
+            messages: list[dict[str, Any]] = [
+                {"role": item["role"], "content": item["content"]} for item in ctx.history if item.get("content")
+            ]
+            messages.append({"role": "user", "content": ctx.user_input})
+            params: dict[str, Any] = {"model": model, "max_tokens": int(settings.ANTHROPIC_MAX_TOKENS)}
+            if ctx.system_prompt:
+                params["system"] = ctx.system_prompt
+            tool_specs = ctx.tools.specs()
+            if tool_specs:
+                params["tools"] = tool_specs
+            usage: dict[str, int] = {}
+            said: list[str] = []
+            stop_reason: str | None = None
+            max_steps = max(1, int(getattr(ctx.agent, "max_steps", 10) or 10))
+            steps = 0
+            loop_time = asyncio.get_running_loop().time
+            while True:
+                steps += 1
+                turn = _Turn()
+                try:
+                    # The request's events are read here, not through a helper generator: a text
+                    # delta (thousands a second) costs one hop to the run, and no more.
+                    stream, deadline = await _open_stream(client, {**params, "messages": messages})
+                    async with stream:
+                        async for event in stream:
+                            text = turn.feed(event)
+                            if text:
+                                if not turn.spoke and said:
+                                    said.append(_TURN_SEPARATOR)
+                                    yield TextDelta(text=_TURN_SEPARATOR)
+                                turn.spoke = True
+                                said.append(text)
+                                yield TextDelta(text=text)
+                            if loop_time() > deadline.at:
+                                raise _RequestDeadline(deadline.seconds)
+                except Exception as exc:  # noqa: BLE001 - every provider failure becomes an EngineError
+                    raise classify_error(exc, model=model, base_url=base_url, run_id=ctx.run_id) from exc
+                _add_usage(usage, turn.usage)
+                stop_reason = turn.stop_reason
+                tool_uses = [b for b in turn.blocks if b.type == "tool_use"]
+                if stop_reason != "tool_use" or not tool_uses:
+                    break
+                if steps >= max_steps:
+                    note = f"[Stopped: the step limit of {max_steps} model requests was reached.]"
+                    if said:
+                        said.append(_TURN_SEPARATOR)
+                        yield TextDelta(text=_TURN_SEPARATOR)
+                    said.append(note)
+                    yield TextDelta(text=note)
+                    stop_reason = "step_limit"
+                    break
+                messages.append({"role": "assistant", "content": [b.to_param() for b in turn.blocks if b.to_param()]})
+                results = []
+                for block in tool_uses:
+                    # A bad JSON document is passed on as a string: the runner refuses it readably.
+                    tool_input: Any = block.input if block.input_error is None else block.raw_json
+                    result = await ctx.tools.call(tool_call_id=block.id, name=block.name, input=tool_input)
+                    results.append({
+                        "type": "tool_result",
+                        "tool_use_id": block.id,
+                        "content": result.output or "(no output)",
+                        "is_error": bool(result.is_error),
+                    })
+                messages.append({"role": "user", "content": results})
+            yield EngineResult(
+                text="".join(said),
+                usage=usage,
+                session_id=ctx.session_id or f"claude-{uuid.uuid4().hex}",
+                metadata={"stopReason": stop_reason, "steps": steps},
+            )
+        finally:
+            release()
 
 
 # Clients per configuration and event loop: building one costs milliseconds (a TLS context,
 # certificates) that would come before every first token, and a pool per run would hold its
 # connections for nothing. Each configuration gets ANTHROPIC_POOL_SHARDS clients (one TLS
-# context between them) used in turn: the connection pool scans all of its connections on every
-# request and every response close, so under fifty concurrent streams one pool of fifty-plus
-# connections cost ~12% of the server's CPU (py-spy); smaller pools make each scan shorter.
-_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, list]]" = weakref.WeakKeyDictionary()
+# context between them): the connection pool scans all of its connections on every request and
+# every response close, so under fifty concurrent streams one pool of fifty-plus connections
+# cost ~12% of the server's CPU (py-spy); smaller pools make each scan shorter. A run takes the
+# shard with the fewest runs streaming through it, the first on a tie: under load the runs spread
+# evenly, and one stream at a time always finds the connection the last one left open (shards
+# taken in turn left each idle for longer than its keep-alive, so every request at low
+# concurrency paid a new TCP connection: ~1 ms before the first token, traced).
+_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, _Shards]]" = weakref.WeakKeyDictionary()
 
 
-def shared_client(target: Any = None) -> anthropic.AsyncAnthropic:
-    """A client for a provider target (None: the ``ANTHROPIC_*`` settings), the shards in turn."""
+class _Shards:
+    def __init__(self, shards: int):
+        self.clients: list[anthropic.AsyncAnthropic | None] = [None] * shards
+        self.busy = [0] * shards
+        self.tls = httpx2.create_ssl_context()
+
+
+def lease_client(target: Any = None) -> tuple[anthropic.AsyncAnthropic, Any]:
+    """A client for a provider target (None: the ``ANTHROPIC_*`` settings) and the function that
+    gives it back: the least busy shard (see above)."""
     if target is not None:
         key, bearer, base_url = target.api_key, target.bearer, target.base_url
     else:
@@ -157,14 +171,14 @@ def shared_client(target: Any = None) -> anthropic.AsyncAnthropic:
     clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
     entry = clients.get(config)
     if entry is None:
-        entry = clients[config] = [itertools.count(), [None] * shards, httpx2.create_ssl_context()]
-    turn, built, tls = entry
-    index = next(turn) % shards
-    client = built[index]
+        entry = clients[config] = _Shards(shards)
+    busy = entry.busy
+    index = busy.index(min(busy))
+    client = entry.clients[index]
     if client is None:
         auth = {"auth_token": key} if bearer else {"api_key": key}
         per_shard = -(-pool // shards)
-        client = built[index] = anthropic.AsyncAnthropic(
+        client = entry.clients[index] = anthropic.AsyncAnthropic(
             **auth,
             base_url=base_url,
             max_retries=retries,
@@ -172,10 +186,19 @@ def shared_client(target: Any = None) -> anthropic.AsyncAnthropic:
             timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
             # Sized for many concurrent streams (ANTHROPIC_MAX_CONNECTIONS in all): one per open stream.
             http_client=anthropic.DefaultAsyncHttpxClient(
-                verify=tls,
+                verify=entry.tls,
                 limits=httpx2.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, 200))),
         )
-    return client
+    busy[index] += 1
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            busy[index] -= 1
+
+    return client, release
 
 
 class _RequestDeadline(Exception):

@@ -64,6 +64,8 @@ class AsyncApiView(APIView):
 
     renderer_classes = [JSONRenderer, EventStreamRenderer]
     content_negotiation_class = DialectNegotiation
+    # Token-authenticated requests reach these views by the stream lane (orchestrator_site/stream_lane.py).
+    stream_lane = True
 
     @classmethod
     def as_view(cls, **initkwargs: Any) -> Callable[..., Any]:

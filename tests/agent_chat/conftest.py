@@ -224,13 +224,17 @@ class AsgiResponse:
 
 
 class AsgiClient:
-    """Calls Django's ASGI handler like daphne does (per-request thread-sensitive context, client
-    disconnect as ``http.disconnect``), unlike django.test.AsyncClient, which shares one thread."""
+    """Calls the project's ASGI app like daphne does (per-request thread-sensitive context, client
+    disconnect as ``http.disconnect``), unlike django.test.AsyncClient, which shares one thread.
+
+    The app is the served one: the stream lane in front of Django's handler, so token requests
+    to the streaming views take the lane, as they do in production."""
 
     def __init__(self):
         from orchestrator_site.asgi_handler import OrchestratorASGIHandler
+        from orchestrator_site.stream_lane import StreamLane
 
-        self.app = OrchestratorASGIHandler()
+        self.app = StreamLane(OrchestratorASGIHandler())
 
     async def request(self, method: str, path: str, *, body: bytes = b"", headers: dict[str, str] | None = None,
                       read: bool = True) -> AsgiResponse:

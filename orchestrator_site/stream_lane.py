@@ -1,0 +1,219 @@
+"""The stream lane: token-authenticated requests to the streaming views, served straight from ASGI.
+
+Django's request path — the handler, nine middleware hooks in and out, URL resolution, the
+response machinery — was ~15% of the server's CPU under fifty concurrent chat streams (py-spy),
+and everything the server spends before a stream's first token delays it. For the requests its
+middleware provably does nothing for, the lane skips that path; the view itself (DRF
+authentication, permissions, negotiation, parsing, validation, the run, the stream) is exactly
+the one Django would call.
+
+A request takes the lane when all of these hold, else it goes to Django unchanged (its body
+replayed when the lane already read it):
+
+- its path resolves to a view that asks for the lane (``stream_lane = True`` on the view class:
+  :class:`chat_app.api.streaming.AsyncApiView`, the streaming endpoints and run cancel);
+- it authenticates with ``Authorization: Token|Bearer <key>`` and carries no ``Cookie``: the
+  session, CSRF and authentication middleware have nothing to read or write;
+- it carries no ``Origin``: CORS (django-cors-headers) only adds ``Vary: origin`` then;
+- its ``Host`` is allowed (``ALLOWED_HOSTS``) and its body is within
+  ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (Django answers 400 and 413 itself);
+- the site does not redirect to HTTPS (``SECURE_SSL_REDIRECT``), prepend ``www.``, or refuse user
+  agents (``DISALLOWED_USER_AGENTS``).
+
+The lane adds the response headers the middleware would (``X-Frame-Options``,
+``X-Content-Type-Options``, ``Referrer-Policy``, ``Cross-Origin-Opener-Policy``, HSTS on HTTPS,
+``Vary: origin``, ``Content-Length`` on complete bodies); ``tests/foundation/test_stream_lane.py``
+holds its responses, headers included, equal to Django's for the same requests. A client that
+disconnects cancels the response as in Django's handler (the run goes on, per its dialect).
+``STREAM_LANE=0`` sends everything through Django.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import logging
+from typing import Any, Awaitable, Callable
+
+from asgiref.sync import ThreadSensitiveContext
+from django.conf import settings
+from django.core import signals
+from django.core.exceptions import DisallowedHost
+from django.core.handlers.asgi import ASGIRequest, get_script_prefix
+from django.http import HttpResponseBase
+from django.urls import Resolver404, get_resolver, set_script_prefix
+
+logger = logging.getLogger("orchestrator.stream_lane")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_TOKEN_SCHEMES = (b"token ", b"bearer ")
+
+
+@functools.lru_cache(maxsize=4096)
+def _route(path: str) -> tuple[Callable[..., Any], tuple, dict] | None:
+    """The view a path resolves to, when that view asks for the lane (cached per path)."""
+    try:
+        match = get_resolver().resolve(path)
+    except Resolver404:
+        return None
+    cls = getattr(match.func, "cls", None)
+    if not getattr(cls, "stream_lane", False):
+        return None
+    return match.func, match.args, match.kwargs
+
+
+def _eligible_headers(scope: Scope) -> bool:
+    authorized = False
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorized = value[:7].lower().startswith(_TOKEN_SCHEMES)
+        elif name in (b"cookie", b"origin"):
+            return False
+    return authorized
+
+
+@functools.cache
+def _site_headers(secure: bool) -> tuple[tuple[str, str], ...]:
+    """What the middleware adds to every lane response (SecurityMiddleware, XFrameOptions, CORS)."""
+    headers: list[tuple[str, str]] = []
+    if secure and settings.SECURE_HSTS_SECONDS:
+        value = f"max-age={settings.SECURE_HSTS_SECONDS}"
+        if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS:
+            value += "; includeSubDomains"
+        if settings.SECURE_HSTS_PRELOAD:
+            value += "; preload"
+        headers.append(("Strict-Transport-Security", value))
+    if settings.SECURE_CONTENT_TYPE_NOSNIFF:
+        headers.append(("X-Content-Type-Options", "nosniff"))
+    if settings.SECURE_REFERRER_POLICY:
+        policy = settings.SECURE_REFERRER_POLICY
+        if not isinstance(policy, str):
+            policy = ",".join(policy)
+        headers.append(("Referrer-Policy", ",".join(v.strip() for v in policy.split(","))))
+    if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
+        headers.append(("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY))
+    headers.append(("X-Frame-Options", getattr(settings, "X_FRAME_OPTIONS", "DENY").upper()))
+    return tuple(headers)
+
+
+def _site_allows_lane() -> bool:
+    return (getattr(settings, "STREAM_LANE", True) and not settings.SECURE_SSL_REDIRECT
+            and not settings.PREPEND_WWW and not settings.DISALLOWED_USER_AGENTS)
+
+
+class StreamLane:
+    """ASGI middleware: the lane for the requests above, ``app`` (Django) for everything else."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not _eligible_headers(scope) or not _site_allows_lane():
+            return await self.app(scope, receive, send)
+        route = _route(scope["path"])
+        if route is None:
+            return await self.app(scope, receive, send)
+        body, more = await _read_body(receive)
+        if body is None:
+            return  # the client went away before its request was complete
+        if more:
+            return await self.app(scope, _replay(body, True, receive), send)  # too large: Django's 413
+        if len(body) > (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or len(body)):
+            return await self.app(scope, _replay(body, False, receive), send)
+        request = ASGIRequest(scope, io.BytesIO(body))
+        try:
+            request.get_host()
+        except DisallowedHost:
+            return await self.app(scope, _replay(body, False, receive), send)  # Django's 400
+        async with ThreadSensitiveContext():
+            await _serve(request, route, scope, receive, send)
+
+
+async def _read_body(receive: Receive) -> tuple[bytes | None, bool]:
+    """(body, False); (what was read, whether more follows) past the size limit; (None, False)
+    when the client went away first."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None, False
+        chunk = message.get("body", b"")
+        parts.append(chunk)
+        size += len(chunk)
+        more = bool(message.get("more_body"))
+        if (limit is not None and size > limit) or not more:
+            return b"".join(parts), more
+
+
+def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
+    """``receive`` with the already-read body given back first (as one message)."""
+    given = False
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": more}
+        return await receive()
+
+    return replayed
+
+
+async def _serve(request: ASGIRequest, route: tuple, scope: Scope, receive: Receive, send: Send) -> None:
+    view, args, kwargs = route
+    set_script_prefix(get_script_prefix(scope))
+    respond = asyncio.ensure_future(_respond(view, request, args, kwargs, scope, send))
+    hangup = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({respond, hangup}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        hangup.cancel()
+        if not respond.done():
+            respond.cancel()  # the client went away: the stream's generator closes (see its dialect)
+            try:
+                await respond
+            except asyncio.CancelledError:
+                pass
+    if respond.cancelled():
+        await signals.request_finished.asend(sender=StreamLane)
+        return
+    response = respond.result()  # re-raises an unexpected failure, for daphne to log
+    response.close()  # request_finished: nothing of this request ran in a request thread
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _respond(view: Callable[..., Any], request: ASGIRequest, args: tuple, kwargs: dict, scope: Scope,
+                   send: Send) -> HttpResponseBase:
+    response = await view(request, *args, **kwargs)
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
+    present = {k.lower() for k, _ in headers}
+    for key, value in _site_headers(scope.get("scheme") == "https"):
+        if key.lower().encode() not in present:
+            headers.append((key.encode("latin-1"), value.encode("latin-1")))
+    vary = next((i for i, (k, _) in enumerate(headers) if k.lower() == b"vary"), None)
+    if vary is None:
+        headers.append((b"Vary", b"origin"))
+    elif b"origin" not in headers[vary][1].lower():
+        headers[vary] = (headers[vary][0], headers[vary][1] + b", origin")
+    if not response.streaming and b"content-length" not in present:
+        headers.append((b"Content-Length", str(len(response.content)).encode()))
+    for cookie in response.cookies.values():
+        headers.append((b"Set-Cookie", cookie.output(header="").encode("ascii").strip()))
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    if response.streaming:
+        async for part in response.streaming_content:
+            if part:
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    else:
+        await send({"type": "http.response.body", "body": response.content})
+    return response
