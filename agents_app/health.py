@@ -8,14 +8,12 @@ what it learned (ok, reason, latency, when) for ``/health``.
 """
 from __future__ import annotations
 
-import asyncio
-import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from django.core.exceptions import SynchronousOnlyOperation
+from core.blocking import refuse_on_event_loop
 
 
 @dataclass(frozen=True)
@@ -24,21 +22,6 @@ class ProbeResult:
     reason: str = ""
     latency_ms: float = 0.0
     checked_at: float = 0.0  # time.time() of the check
-
-
-def _refuse_on_event_loop() -> None:
-    """A probe waits on the network (and on another thread's probe): never on the event loop.
-
-    Raises Django's ``SynchronousOnlyOperation``, as the ORM does there, so a caller that tries
-    work on the loop first (``AsyncApiView.burst``) retries it in a thread.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    if os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE"):  # Django's own escape hatch, honoured alike
-        return
-    raise SynchronousOnlyOperation("A provider probe waits on the network; call it from a thread.")
 
 
 class CachedProbe:
@@ -56,7 +39,8 @@ class CachedProbe:
         cached = self._results.get(target)
         if cached is not None and now - cached[0] < self._ttl():
             return cached[1]
-        _refuse_on_event_loop()
+        # A probe waits on the network (and on another thread's probe): never on the event loop.
+        refuse_on_event_loop("A provider probe waits on the network; call it from a thread.")
         with self._guard:
             lock = self._locks.setdefault(target, threading.Lock())
         if not lock.acquire(blocking=cached is None):

@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 from django.db import connection, connections, transaction
 
+from core.blocking import refuse_on_event_loop
+
 logger = logging.getLogger("orchestrator.runs")
 
 # PostgreSQL: how long one job of a batch may wait for a row lock before it fails (alone).
@@ -334,11 +336,6 @@ def wait_written(key: Any, timeout: float = 10.0) -> None:
     done = _PENDING.get(str(key))
     if done is None or done.is_set():
         return
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        done.wait(timeout)
-        return
-    from django.core.exceptions import SynchronousOnlyOperation
-
-    raise SynchronousOnlyOperation("This read waits for a pending write; call it from a thread.")
+    # The loop itself releases ``done``: waiting there would wait on itself.
+    refuse_on_event_loop("This read waits for a pending write; call it from a thread.", escape_hatch=False)
+    done.wait(timeout)
