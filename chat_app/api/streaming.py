@@ -82,16 +82,24 @@ class AsyncApiView(APIView):
         self.args, self.kwargs, self.headers = args, kwargs, {}
         method = (request.method or "").lower()
         handler = getattr(self, method, None) if method in self.http_method_names else None
+        if method == "options":
+            handler = self._options  # DRF's options() is sync and returns a DRF Response
         if handler is None:
-            allowed = ", ".join(m.upper() for m in self.http_method_names if hasattr(self, m) and m != "options")
             response = JsonResponse({"code": "method_not_allowed", "message": f"Method {request.method} not allowed."},
                                     status=405)
-            response["Allow"] = allowed
+            response["Allow"] = ", ".join(self.allowed_methods)
             return response
         try:
             return await handler(request, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - every failure is a JSON error, never an HTML page
             return self._error_response(exc)
+
+    async def _options(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        """``OPTIONS``: DRF's metadata for the view (after authentication, as DRF does), and ``Allow``."""
+        data = await self.burst(lambda drf_request: self.metadata_class().determine_metadata(drf_request, self), request)
+        response = JsonResponse(data, json_dumps_params={"ensure_ascii": False})
+        response["Allow"] = ", ".join(self.allowed_methods)
+        return response
 
     # --- the burst ---------------------------------------------------------------------------
     def authenticated(self, request: HttpRequest) -> Request:

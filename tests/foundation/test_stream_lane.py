@@ -166,3 +166,18 @@ async def test_stream_lane_setting_off_sends_everything_to_django(apps, token, a
     settings.STREAM_LANE = False
     _, took_lane = await _both(apps, "POST", "/v1/agent/chat", body=CHAT, headers=_json_headers(token))
     assert not took_lane
+
+
+@pytest.mark.parametrize("path", ["/v1/agent/chat", "/v1/agent/runs/nope/events", "/api/v1/chat/stream", "/chat"])
+async def test_options_describes_the_view_and_other_methods_get_405(apps, token, agents, path):
+    (status, headers, content), took_lane = await _both(apps, "OPTIONS", path, headers=_json_headers(token))
+    assert status == 200 and took_lane
+    assert "OPTIONS" in dict(headers)["allow"] and json.loads(content)["name"]
+    (status, headers, content), _ = await _both(apps, "PUT", path, headers=_json_headers(token))
+    assert status == 405 and json.loads(content)["code"] == "method_not_allowed"
+    assert "OPTIONS" in dict(headers)["allow"]
+
+
+async def test_options_without_credentials_is_401(apps, agents):
+    (status, _, content), _ = await _both(apps, "OPTIONS", "/v1/agent/chat", headers={"Authorization": "Token nope"})
+    assert status == 401 and json.loads(content)["code"] in ("authentication_failed", "not_authenticated")
