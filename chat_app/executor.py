@@ -171,11 +171,12 @@ class InProcessExecutor:
         doorbell = RunDoorbell(launch.run_id)
         watcher = asyncio.create_task(_watch_cancel(live, doorbell), name=f"run-cancel-watch-{launch.run_id}")
         final: list[RunEventBase]
+        spend = _Spend()
         try:
             live.cancellable = True
             if live.cancel_requested:  # cancelled before it got going
                 raise asyncio.CancelledError
-            result = await _run_engine(launch, live, doorbell)
+            result = await _run_engine(launch, live, doorbell, spend)
             # The engine has returned: from here the run finishes as it is; a late cancel changes nothing.
             live.cancellable = False
             message_id = str(uuid.uuid4())
@@ -186,13 +187,13 @@ class InProcessExecutor:
         except asyncio.CancelledError:
             live.cancellable = False
             final = [RunEnded(status=Run.Status.CANCELLED, error="Run was cancelled.", error_code=ErrorCode.CANCELLED)]
-            commit = _failure_commit(launch, Run.Status.CANCELLED, "Run was cancelled.")
+            commit = _failure_commit(launch, Run.Status.CANCELLED, "Run was cancelled.", spend)
         except Exception as exc:  # noqa: BLE001 - every failure ends the run readably
             live.cancellable = False
             code, message = describe_failure(exc, launch=launch)
             final = [RunError(code=code, message=message),
                      RunEnded(status=Run.Status.FAILED, error=message, error_code=code)]
-            commit = _failure_commit(launch, Run.Status.FAILED, message)
+            commit = _failure_commit(launch, Run.Status.FAILED, message, spend)
         finally:
             watcher.cancel()
         if not await live.wait_recorded():
@@ -268,7 +269,7 @@ async def _watch_cancel(live: LiveRun, doorbell: RunDoorbell) -> None:
             return
 
 
-async def _run_engine(launch: RunLaunch, live: LiveRun, doorbell: RunDoorbell) -> EngineResult:
+async def _run_engine(launch: RunLaunch, live: LiveRun, doorbell: RunDoorbell, spend: "_Spend") -> EngineResult:
     engine_cls = get_engine(launch.engine)
     if engine_cls is None:
         raise EngineError(f"Engine {launch.engine!r} is not installed.", code=ErrorCode.UNKNOWN_ENGINE)
@@ -295,8 +296,9 @@ async def _run_engine(launch: RunLaunch, live: LiveRun, doorbell: RunDoorbell) -
             run_id=launch.run_id, conversation_id=launch.conversation_id, agent=launch.agent, model=launch.model,
             user_input=launch.user_input, history=launch.history, tools=tools, session_id=launch.session_id,
             system_prompt=launch.agent.system_prompt, workspace=launch.agent.workspace_path,
-            options=options, load_agent=_load_agent,
+            options=options, load_agent=_load_agent, spent=spend.tokens,
         )
+        spend.ctx = ctx
         result: EngineResult | None = None
         seconds = float(options.get("timeout") or settings.RUN_TIMEOUT)
         deadline = asyncio.timeout(seconds)
@@ -365,11 +367,30 @@ def _success_commit(launch: RunLaunch, result: EngineResult, message_id: str):
     return commit
 
 
-def _failure_commit(launch: RunLaunch, status: str, error: str):
+class _Spend:
+    """What the provider billed a run that ends without an EngineResult (see ``EngineContext.spent``)."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, int] = {}
+        self.ctx: Any = None
+
+    def fields(self, launch: RunLaunch) -> dict[str, Any]:
+        """The run's usage and cost columns, or nothing when no tokens were reported."""
+        if not any(self.tokens.values()):
+            return {}
+        provider, model = getattr(self.ctx, "spent_on", None) or (launch.provider, launch.model)
+        spent = EngineResult(text="", usage=dict(self.tokens), provider=provider, model=model)
+        return {"usage": spent.usage, **run_cost_fields(launch, spent)}
+
+
+def _failure_commit(launch: RunLaunch, status: str, error: str, spend: _Spend | None = None):
+    billed = spend.fields(launch) if spend is not None else {}
+
     def commit(recorded: list[RecordedEvent]) -> bool:
-        # No partial assistant message is saved; the user message stays so the turn can be retried.
+        # No partial assistant message is saved; the user message stays so the turn can be
+        # retried. What the provider billed before the run stopped is its usage and cost.
         now = timezone.now()
-        if not update_row(Run, launch.run_id, {"status": status, "ended_at": now, "error": error[:10_000]},
+        if not update_row(Run, launch.run_id, {"status": status, "ended_at": now, "error": error[:10_000], **billed},
                           only_if_in=("status", _ACTIVE)):
             return False
         update_row(Conversation, launch.conversation_id, {"updated_at": now})

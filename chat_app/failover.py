@@ -77,6 +77,7 @@ async def engine_attempts(launch: "RunLaunch", ctx: EngineContext, *,
         engine_cls = get_engine(info.engine or launch.engine)
         if engine_cls is None:
             raise EngineError(f"Engine {info.engine!r} is not installed.", code=ErrorCode.UNKNOWN_ENGINE)
+        ctx.spent_on = (info.name, model)  # where tokens reported from here on were spent
         attempt_ctx = dataclasses.replace(ctx, provider=info.target(max_retries=None if last else 0), model=model,
                                           tools=tools)
         started = time.monotonic()

@@ -73,6 +73,12 @@ class EngineContext:
     # The provider the router chose for this attempt (base URL, key, retries); None: the
     # engine's environment configuration (ANTHROPIC_*, OLLAMA_URL).
     provider: "ProviderTarget | None" = None
+    # Tokens the provider has reported for this run, for a run that fails or is cancelled before
+    # its EngineResult: an engine that can tell adds what it was billed when it stops early (the
+    # Claude engine: input and cache tokens from message_start, output tokens as last reported).
+    # Shared by every failover attempt; ``spent_on`` is the (provider, model) of the last one.
+    spent: dict[str, int] = field(default_factory=dict)
+    spent_on: tuple[str, str] | None = None
 
 
 class Engine:

@@ -76,7 +76,7 @@ class ClaudeEngine(Engine):
             loop_time = asyncio.get_running_loop().time
             while True:
                 steps += 1
-                turn = _Turn()
+                turn = _Turn(ctx.spent)
                 try:
                     # The request's events are read here, not through a helper generator: a text
                     # delta (thousands a second) costs one hop to the run, and no more.
@@ -293,7 +293,10 @@ class _Block:
 class _Turn:
     """Accumulates one streamed response: content blocks, stop reason, usage."""
 
-    def __init__(self) -> None:
+    def __init__(self, spent: dict[str, int] | None = None) -> None:
+        # The run's running token count (EngineContext.spent), kept current as usage is reported,
+        # so a run that fails or is cancelled mid-stream still records what was billed.
+        self.spent = spent
         self.blocks: list[_Block] = []
         self._by_index: dict[int, _Block] = {}
         self.stop_reason: str | None = None
@@ -318,7 +321,7 @@ class _Turn:
             elif delta.type == "signature_delta":
                 block.signature += delta.signature
         elif kind == "message_start":
-            self.usage = _usage_dict(event.message.usage)
+            self._report(_usage_dict(event.message.usage))
         elif kind == "content_block_start":
             cb = event.content_block
             block = _Block(type=cb.type)
@@ -340,8 +343,15 @@ class _Turn:
                 block.finish()
         elif kind == "message_delta":
             self.stop_reason = event.delta.stop_reason
-            self.usage.update(_usage_dict(event.usage))
+            self._report(_usage_dict(event.usage))
         return ""
+
+    def _report(self, usage: dict[str, int]) -> None:
+        """Usage as the provider reports it (cumulative per request): the turn's, and the run's."""
+        if self.spent is not None:
+            for key, value in usage.items():
+                self.spent[key] = self.spent.get(key, 0) + value - self.usage.get(key, 0)
+        self.usage.update(usage)
 
 
 def _usage_dict(usage: Any) -> dict[str, int]:

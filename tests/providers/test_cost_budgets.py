@@ -10,7 +10,7 @@ from genai_prices import Usage, calc_price
 from chat_app import services
 from chat_app.models import Run
 from core.errors import ApplicationError
-from tests.fakes.anthropic_server import text_reply
+from tests.fakes.anthropic_server import http_error, mid_stream_error, stall, text_reply
 
 from .conftest import anthropic_provider, model
 
@@ -156,3 +156,49 @@ async def test_provider_spend_limit_skips_provider_then_refuses(user, servers, l
     with pytest.raises(ApplicationError) as exc:
         await services.run_start(user=user, input="third", agent_role=AGENT)
     assert exc.value.status == 429 and exc.value.code == "budget_exceeded"
+
+
+# --- runs that end without an answer still record what the provider billed ------------------------
+
+def _cost(input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> Decimal:
+    """At model-a's prices in ``priced`` (per million: input 1, output 5, cache read 0.1, cache write 1.25)."""
+    total = (Decimal(input_tokens) + Decimal(output_tokens) * 5 + Decimal(cache_read) * Decimal("0.1")
+             + Decimal(cache_write) * Decimal("1.25")) / 1_000_000
+    return total.quantize(Decimal("0.000001"))
+
+
+async def test_a_run_that_fails_mid_stream_records_the_tokens_reported_so_far(user, priced):
+    priced["a"].script(mid_stream_error(text_reply(["Hel", "lo"], usage=USAGE)))
+    run = await _run(user)
+    assert run.status == Run.Status.FAILED
+    # message_start reported the input and cache tokens (and 1 output token); the stream broke
+    # before message_delta, so that is what is known of the output.
+    assert (run.input_tokens, run.output_tokens, run.cache_read_tokens, run.cache_write_tokens) == (1000, 1, 2000, 100)
+    assert run.provider == "a" and run.model == "model-a"
+    assert run.cost == _cost(1000, 1, 2000, 100) and run.pricing["source"] == "file"
+
+
+async def test_a_cancelled_run_records_the_tokens_reported_so_far(user, priced):
+    reply = stall(text_reply(["Hel", "lo"], usage=USAGE))
+    priced["a"].script(reply)
+    try:
+        created = await services.run_start(user=user, input="hello", agent_role=AGENT)
+        events = services.run_subscribe(run_id=str(created.run.id))
+        async for event in events:
+            if event.event == "agent.delta":
+                break
+        await services.run_cancel(user=user, run_id=str(created.run.id))
+        ended = [e.event async for e in services.run_subscribe(run_id=str(created.run.id))]
+        assert ended[-1] == "agent.end"
+    finally:
+        reply.release.set()
+    run = await Run.objects.aget(id=created.run.id)
+    assert run.status == Run.Status.CANCELLED
+    assert (run.input_tokens, run.output_tokens) == (1000, 1) and run.cost == _cost(1000, 1, 2000, 100)
+
+
+async def test_a_run_refused_before_any_token_records_no_cost(user, priced):
+    priced["a"].script(http_error(400, "bad request"))
+    run = await _run(user)
+    assert run.status == Run.Status.FAILED
+    assert (run.input_tokens, run.output_tokens, run.cost) == (0, 0, 0)
