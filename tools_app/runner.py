@@ -119,11 +119,13 @@ class ToolRunner:
         if policy.effect == Effect.ASK:
             confirmation = await _confirmation_create(run_id=self.run_id, tool_call_id=tool_call_id, tool=name, input=input)
             confirmation_id = str(confirmation.id)
-            await self.emit(ToolCallState(status=ToolStatus.AWAITING_INPUT, confirmation_id=confirmation_id, **state))
             try:
+                # Inside the try: subscribers see awaiting_input before its commit, and a cancel
+                # that comes while it is being recorded must expire the confirmation too.
+                await self.emit(ToolCallState(status=ToolStatus.AWAITING_INPUT, confirmation_id=confirmation_id, **state))
                 decision = await self._await_decision(confirmation_id)
             except asyncio.CancelledError:
-                # The run was cancelled while waiting: nobody can approve this call any more.
+                # The run was cancelled: nobody can approve this call any more.
                 await _confirmation_expire(confirmation_id=confirmation_id)
                 raise
             if decision != "approved":

@@ -1,6 +1,8 @@
 """CHAT-050: tool confirmation signals, the REST decisions, expiry, conflicts and isolation."""
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 
 import pytest
@@ -219,3 +221,51 @@ async def test_run_reap_orphans_ends_ghost_runs_and_expires_their_confirmations(
     assert [e.event for e in events] == ["agent.start", "error", "agent.end"]
     assert events[1].payload["code"] == "run_lost" and events[2].payload["status"] == "failed"
     assert await services.run_reap_orphans() == 0  # idempotent
+
+
+async def _until(condition, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_a_cancel_while_awaiting_input_is_recorded_expires_the_confirmation(user, agents, monkeypatch, settings):
+    """awaiting_input reaches subscribers before its commit: a cancel in that moment (the run is
+    still recording the event) must expire the confirmation too, not leave it pending."""
+    from chat_app import services
+    from chat_app.executor import get_executor
+    from chat_app.group_commit import WRITER
+    from tools_app import runner
+
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        # SQLite has one writer at a time: the cancel's own update waits behind the held writer,
+        # so the cancel cannot arrive while awaiting_input is being recorded.
+        pytest.skip("needs a database with concurrent writers (PostgreSQL)")
+    gate = threading.Event()
+    held: list = []
+    create = runner._confirmation_create
+
+    async def create_then_hold_the_writer(**kwargs):
+        row = await create(**kwargs)
+        held.append(WRITER.write(lambda: gate.wait(20)))  # awaiting_input's commit waits behind this
+        return row
+
+    monkeypatch.setattr(runner, "_confirmation_create", create_then_hold_the_writer)
+    created = await services.run_start(user=user, input=WRITE_TOOL, agent_role="coder")
+    run_id = str(created.run.id)
+    try:
+        async for event in services.run_subscribe(run_id=run_id):
+            if event.event == "tool.state" and event.payload["status"] == "awaiting_input":
+                confirmation_id = event.payload["confirmationId"]
+                break
+        live = get_executor().live[run_id]
+        cancel = asyncio.ensure_future(services.run_cancel(user=user, run_id=run_id))
+        await _until(lambda: live.task.cancelling() > 0 or live.task.done())
+    finally:
+        gate.set()
+    await held[0]
+    await asyncio.wait_for(cancel, 15)
+    events = [e async for e in services.run_subscribe(run_id=run_id)]
+    assert events[-1].event == "agent.end" and events[-1].payload["status"] == "cancelled"
+    confirmation = await ToolConfirmation.objects.aget(id=confirmation_id)
+    assert confirmation.status == "expired" and confirmation.reason == "run cancelled"
