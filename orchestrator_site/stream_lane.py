@@ -39,8 +39,9 @@ from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import DisallowedHost
-from django.core.handlers.asgi import ASGIRequest, get_script_prefix
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.http import HttpResponseBase
+from django.utils.cache import patch_vary_headers
 from django.urls import Resolver404, get_resolver, set_script_prefix
 
 logger = logging.getLogger("orchestrator.stream_lane")
@@ -75,28 +76,28 @@ def _eligible_headers(scope: Scope) -> bool:
     return authorized
 
 
-@functools.cache
-def _site_headers(secure: bool) -> tuple[tuple[str, str], ...]:
-    """What the middleware adds to every lane response (SecurityMiddleware, XFrameOptions, CORS)."""
-    headers: list[tuple[str, str]] = []
+def _add_site_headers(response: HttpResponseBase, *, secure: bool) -> None:
+    """What the middleware adds to a response it passes (SecurityMiddleware, XFrameOptions,
+    CommonMiddleware's Content-Length, django-cors-headers' ``Vary`` without an ``Origin``)."""
     if secure and settings.SECURE_HSTS_SECONDS:
         value = f"max-age={settings.SECURE_HSTS_SECONDS}"
         if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS:
             value += "; includeSubDomains"
         if settings.SECURE_HSTS_PRELOAD:
             value += "; preload"
-        headers.append(("Strict-Transport-Security", value))
+        response.headers.setdefault("Strict-Transport-Security", value)
     if settings.SECURE_CONTENT_TYPE_NOSNIFF:
-        headers.append(("X-Content-Type-Options", "nosniff"))
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
     if settings.SECURE_REFERRER_POLICY:
         policy = settings.SECURE_REFERRER_POLICY
-        if not isinstance(policy, str):
-            policy = ",".join(policy)
-        headers.append(("Referrer-Policy", ",".join(v.strip() for v in policy.split(","))))
+        values = policy.split(",") if isinstance(policy, str) else policy
+        response.headers.setdefault("Referrer-Policy", ",".join(v.strip() for v in values))
     if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
-        headers.append(("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY))
-    headers.append(("X-Frame-Options", getattr(settings, "X_FRAME_OPTIONS", "DENY").upper()))
-    return tuple(headers)
+        response.headers.setdefault("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY)
+    response.headers.setdefault("X-Frame-Options", getattr(settings, "X_FRAME_OPTIONS", "DENY").upper())
+    patch_vary_headers(response, ("origin",))
+    if not response.streaming:
+        response.headers.setdefault("Content-Length", str(len(response.content)))
 
 
 def _site_allows_lane() -> bool:
@@ -105,9 +106,10 @@ def _site_allows_lane() -> bool:
 
 
 class StreamLane:
-    """ASGI middleware: the lane for the requests above, ``app`` (Django) for everything else."""
+    """ASGI middleware: the lane for the requests above, ``app`` (Django's handler, which also
+    sends the lane's responses) for everything else."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]):
+    def __init__(self, app: ASGIHandler):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -119,22 +121,20 @@ class StreamLane:
         body, more = await _read_body(receive)
         if body is None:
             return  # the client went away before its request was complete
-        if more:
-            return await self.app(scope, _replay(body, True, receive), send)  # too large: Django's 413
-        if len(body) > (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or len(body)):
-            return await self.app(scope, _replay(body, False, receive), send)
+        if more or len(body) > (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or len(body)):
+            return await self.app(scope, _replay(body, more, receive), send)  # too large: Django's 413
         request = ASGIRequest(scope, io.BytesIO(body))
         try:
             request.get_host()
         except DisallowedHost:
             return await self.app(scope, _replay(body, False, receive), send)  # Django's 400
         async with ThreadSensitiveContext():
-            await _serve(request, route, scope, receive, send)
+            await _serve(self.app, request, route, scope, receive, send)
 
 
 async def _read_body(receive: Receive) -> tuple[bytes | None, bool]:
-    """(body, False); (what was read, whether more follows) past the size limit; (None, False)
-    when the client went away first."""
+    """(body, whether more follows): reading stops at the end or once past the size limit (the
+    caller compares); (None, False) when the client went away first."""
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     parts: list[bytes] = []
     size = 0
@@ -164,10 +164,11 @@ def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
     return replayed
 
 
-async def _serve(request: ASGIRequest, route: tuple, scope: Scope, receive: Receive, send: Send) -> None:
+async def _serve(handler: ASGIHandler, request: ASGIRequest, route: tuple, scope: Scope, receive: Receive,
+                 send: Send) -> None:
     view, args, kwargs = route
     set_script_prefix(get_script_prefix(scope))
-    respond = asyncio.ensure_future(_respond(view, request, args, kwargs, scope, send))
+    respond = asyncio.ensure_future(_respond(handler, view, request, args, kwargs, scope, send))
     hangup = asyncio.ensure_future(_disconnected(receive))
     try:
         await asyncio.wait({respond, hangup}, return_when=asyncio.FIRST_COMPLETED)
@@ -191,29 +192,9 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def _respond(view: Callable[..., Any], request: ASGIRequest, args: tuple, kwargs: dict, scope: Scope,
-                   send: Send) -> HttpResponseBase:
+async def _respond(handler: ASGIHandler, view: Callable[..., Any], request: ASGIRequest, args: tuple, kwargs: dict,
+                   scope: Scope, send: Send) -> HttpResponseBase:
     response = await view(request, *args, **kwargs)
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
-    present = {k.lower() for k, _ in headers}
-    for key, value in _site_headers(scope.get("scheme") == "https"):
-        if key.lower().encode() not in present:
-            headers.append((key.encode("latin-1"), value.encode("latin-1")))
-    vary = next((i for i, (k, _) in enumerate(headers) if k.lower() == b"vary"), None)
-    if vary is None:
-        headers.append((b"Vary", b"origin"))
-    elif b"origin" not in headers[vary][1].lower():
-        headers[vary] = (headers[vary][0], headers[vary][1] + b", origin")
-    if not response.streaming and b"content-length" not in present:
-        headers.append((b"Content-Length", str(len(response.content)).encode()))
-    for cookie in response.cookies.values():
-        headers.append((b"Set-Cookie", cookie.output(header="").encode("ascii").strip()))
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    if response.streaming:
-        async for part in response.streaming_content:
-            if part:
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
-    else:
-        await send({"type": "http.response.body", "body": response.content})
+    _add_site_headers(response, secure=scope.get("scheme") == "https")
+    await handler.send_response(response, send)
     return response

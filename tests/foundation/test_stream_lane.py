@@ -63,9 +63,9 @@ def apps(monkeypatch):
     served: list[str] = []
     serve = stream_lane._serve
 
-    async def counting(request, route, scope, receive, send):
+    async def counting(handler, request, route, scope, receive, send):
         served.append(scope["path"])
-        await serve(request, route, scope, receive, send)
+        await serve(handler, request, route, scope, receive, send)
 
     monkeypatch.setattr(stream_lane, "_serve", counting)
     django = OrchestratorASGIHandler()
