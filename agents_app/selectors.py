@@ -1,14 +1,13 @@
 """Reads for agents."""
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 from django.conf import settings
 from django.db.models import QuerySet
 
 from core.errors import NotFound
+from core.refreshing_cache import RefreshingCache
 
 from .models import Agent
 from .specs import AgentSpec, agent_spec
@@ -35,11 +34,12 @@ def agent_get_for_run(*, role: str) -> Agent:
     return agent
 
 
-# role -> (expires, agent, spec, CLAUDE.md mtime). Starting a run needs the agent and its frozen
-# spec (prompt + CLAUDE.md); both change rarely, and saving an agent clears this at once in this
-# process (agents_app/apps.py); other processes see an edit within AGENT_CACHE_SECONDS.
-_SPECS: dict[str, tuple[float, Agent, AgentSpec, float | None]] = {}
-_SPECS_LOCK = threading.Lock()
+# role -> (agent, spec, CLAUDE.md mtime). Starting a run needs the agent and its frozen spec
+# (prompt + CLAUDE.md); both change rarely, and saving an agent clears this at once in this
+# process (agents_app/apps.py); other processes see an edit within AGENT_CACHE_SECONDS (an expired
+# spec is served once more while it reloads in the background: core/refreshing_cache.py).
+_SPECS: RefreshingCache[tuple[Agent, AgentSpec, float | None]] = RefreshingCache(
+    "agent spec", ttl=lambda: float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0))
 
 
 def _mtime(path: Path) -> float | None:
@@ -49,25 +49,25 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
+def _load_for_run(role: str) -> tuple[Agent, AgentSpec, float | None]:
+    agent = agent_get_for_run(role=role)
+    mtime = _mtime(agent.workspace_path / "CLAUDE.md")
+    return agent, agent_spec(agent), mtime
+
+
 def agent_for_run(*, role: str) -> tuple[Agent, AgentSpec]:
     """The enabled agent ``role`` and its frozen spec (cached briefly; a CLAUDE.md edit counts).
 
     Raises:
         NotFound: ``agent_not_found``, listing the valid roles.
     """
-    ttl = float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0)
-    hit = _SPECS.get(role) if ttl > 0 and isinstance(role, str) else None
-    if hit is not None and hit[0] > time.monotonic() and hit[3] == _mtime(hit[2].workspace_path / "CLAUDE.md"):
-        return hit[1], hit[2]
-    agent = agent_get_for_run(role=role)
-    mtime = _mtime(agent.workspace_path / "CLAUDE.md")
-    spec = agent_spec(agent)
-    if ttl > 0:
-        with _SPECS_LOCK:
-            _SPECS[role] = (time.monotonic() + ttl, agent, spec, mtime)
+    if not isinstance(role, str):
+        agent, spec, _ = _load_for_run(role)
+        return agent, spec
+    agent, spec, _ = _SPECS.get(role, lambda: _load_for_run(role),
+                                valid=lambda hit: hit[2] == _mtime(hit[1].workspace_path / "CLAUDE.md"))
     return agent, spec
 
 
 def agent_cache_clear(**_: object) -> None:
-    with _SPECS_LOCK:
-        _SPECS.clear()
+    _SPECS.clear()

@@ -10,12 +10,12 @@ records anything, so a refused request leaves no run behind and starts nothing.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from django.conf import settings
 
 from core.errors import ApplicationError, InvalidInput
+from core.refreshing_cache import RefreshingCache
 
 from .mcp_client import SERVER_NAME_RE, McpConfigError, mcp_url_refusal, validate_mcp_servers
 from .models import AgentMcpServer, McpServer
@@ -90,22 +90,21 @@ def mcp_servers_for_run(*, user: Any, agent: Any, requested: Any, allow_inline: 
     return registered + own
 
 
-# agent id -> (expires, {server name: link}). Every run asks; admins change these rarely, and any
-# save or delete of a server or link clears this at once in this process (tools_app/apps.py);
-# other processes see a change within AGENT_CACHE_SECONDS, like the agent's own settings.
-_LINKS: dict[Any, tuple[float, dict[str, AgentMcpServer]]] = {}
+# agent id -> {server name: link}. Every run asks; admins change these rarely, and any save or
+# delete of a server or link clears this at once in this process (tools_app/apps.py); other
+# processes see a change within AGENT_CACHE_SECONDS, like the agent's own settings (served once
+# more while it reloads in the background: core/refreshing_cache.py).
+_LINKS: RefreshingCache[dict[str, AgentMcpServer]] = RefreshingCache(
+    "MCP links", ttl=lambda: float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0))
+
+
+def _load_links(agent_id: Any) -> dict[str, AgentMcpServer]:
+    return {link.server.name: link for link in AgentMcpServer.objects.select_related("server")
+            .filter(agent_id=agent_id, server__enabled=True).order_by("server__name")}
 
 
 def _links_of(agent_id: Any) -> dict[str, AgentMcpServer]:
-    ttl = float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0)
-    hit = _LINKS.get(agent_id) if ttl > 0 else None
-    if hit is not None and hit[0] > time.monotonic():
-        return hit[1]
-    links = {link.server.name: link for link in AgentMcpServer.objects.select_related("server")
-             .filter(agent_id=agent_id, server__enabled=True).order_by("server__name")}
-    if ttl > 0:
-        _LINKS[agent_id] = (time.monotonic() + ttl, links)
-    return links
+    return _LINKS.get(agent_id, lambda: _load_links(agent_id))
 
 
 def mcp_links_cache_clear(**_: Any) -> None:

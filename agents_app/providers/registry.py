@@ -19,6 +19,8 @@ from decimal import Decimal
 
 from django.conf import settings
 
+from core.refreshing_cache import RefreshingCache
+
 # Which engine runs a provider of each kind, and the reverse.
 ENGINE_FOR_KIND = {"anthropic": "claude", "ollama": "ollama", "mock": "mock"}
 KIND_FOR_ENGINE = {"claude": "anthropic", "ollama": "ollama"}
@@ -168,13 +170,17 @@ def _dec(value) -> Decimal | None:
     return None if value is None else Decimal(value)
 
 
-_CACHE: tuple[float, Registry] | None = None
+# The configured part of the registry (one key). Saving a provider, model, rule or budget, or
+# loading the file, clears it in that process; other processes see a change within
+# AGENT_CACHE_SECONDS (served once more while it reloads in the background:
+# core/refreshing_cache.py).
+_CACHE: RefreshingCache[Registry] = RefreshingCache(
+    "provider registry", ttl=lambda: float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0))
 
 
 def registry_cache_clear(*args, **kwargs) -> None:
     """Drop the cached registry (a provider, model, rule or budget was saved; the file was loaded)."""
-    global _CACHE
-    _CACHE = None
+    _CACHE.clear()
 
 
 def provider_registry() -> Registry:
@@ -184,16 +190,14 @@ def provider_registry() -> Registry:
     a provider, model, rule or budget, or loading the file, clears it in that process. The
     implicit providers read the settings on every use, so they are never stale.
     """
-    import time
+    fresh: list[Registry] = []
 
-    global _CACHE
-    ttl = float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0)
-    cached = _CACHE
-    if ttl > 0 and cached is not None and cached[0] > time.monotonic():
-        return _with_fresh_implicit(cached[1])
-    registry = _load_registry()
-    _CACHE = (time.monotonic() + ttl, registry) if ttl > 0 else None
-    return registry
+    def load() -> Registry:
+        fresh.append(_load_registry())
+        return fresh[-1]
+
+    registry = _CACHE.get("registry", load)
+    return registry if fresh else _with_fresh_implicit(registry)
 
 
 def _with_fresh_implicit(registry: Registry) -> Registry:
