@@ -38,10 +38,11 @@ What is measured, for each server:
    ``SSE_PING_INTERVAL=2``): server RSS growth per established stream (VmRSS), threads, database
    connections held (SQLite: the server's file handles on the database file; PostgreSQL:
    ``pg_stat_activity`` rows for the bench database), streams still receiving pings, and the
-   server's CPU. Database connections are reported twice: those open in the server before the
-   idle streams open (its pool, warmed by the earlier measurements) and during, and what the
-   streams add (the target: 0). Idle streams are measured last, and each server is stopped after
-   its turn.
+   server's CPU. Database connections are counted before the idle streams open, during the hold
+   and after the streams closed (the server quiet again): the server's pool is a fixed set of
+   threads that keep their connections once opened (warmed by whatever ran meanwhile, e.g. the
+   run keeper's lease renewals), so the streams' own are those open during and gone after
+   (the target: 0). Idle streams are measured last, and each server is stopped after its turn.
 
 Before each measurement the script waits (bounded) until the servers are idle, so one server's
 leftover work does not land in another's figures. The machine's load average is recorded, as
@@ -588,7 +589,7 @@ async def idle_streams(target: Target, plan: Plan, pg: Postgres | None) -> dict:
     await wait_quiet([pid])
     rss0, threads0 = proc_status(pid, "VmRSS"), proc_status(pid, "Threads")
     # Connections the server already holds before any idle stream opens (its pool, after the
-    # earlier measurements warmed it): what the streams add is the difference.
+    # earlier measurements warmed it); see also the count after they closed, below.
     db0 = 0
     if target.sqlite_file is not None:
         db0 = sqlite_handles(pid, target.sqlite_file)[0]
@@ -669,6 +670,15 @@ async def idle_streams(target: Target, plan: Plan, pg: Postgres | None) -> dict:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    # Once the streams are gone: what the server still holds is its pool's (a fixed set of
+    # threads, each keeping its connection, warmed by whatever ran meanwhile, e.g. the run
+    # keeper's lease renewals); a connection that goes away with the streams was theirs.
+    await wait_quiet([pid])
+    db_after = 0
+    if target.sqlite_file is not None:
+        db_after = sqlite_handles(pid, target.sqlite_file)[0]
+    elif pg is not None and target.pg_db:
+        db_after = await asyncio.to_thread(pg.connections, target.pg_db)
     failed = [r for r in results if r.error or (r.status and r.status != 200)]
     cut_short = not stalled and len(established) + len(failed) < plan.idle  # the window ended first
     return {
@@ -680,7 +690,8 @@ async def idle_streams(target: Target, plan: Plan, pg: Postgres | None) -> dict:
         "kib_per_stream": (rss1 - rss0) / len(established) if established else None,
         "threads0": threads0, "threads": threads_max, "db_conns": db_max if target.dialect == "project" else None,
         "db_conns0": db0 if target.dialect == "project" else None,
-        "db_conns_added": max(0, db_max - db0) if target.dialect == "project" else None,
+        "db_conns_after": db_after if target.dialect == "project" else None,
+        "db_conns_added": max(0, db_max - max(db0, db_after)) if target.dialect == "project" else None,
         "db_files": db_files, "pinged": pinged, "hold_cpu_pct": (cpu1 - cpu0) / hold * 100,
     }
 
@@ -743,11 +754,11 @@ def build_table(targets: list[Target], figures: dict[str, dict], plan: Plan) -> 
         target_text=f"≥ {IDLE_TARGET:,}" + ("" if n >= IDLE_TARGET else f" (n/a: ran {n:,})"))
     row("server RSS per idle stream, KiB", lambda f: f["idle"]["kib_per_stream"], 1, test=ok(lambda v, b: v <= 2 * b),
         target_text="≤ 2× bare")
-    row("DB connections held by the idle streams (open during − before)", lambda f: f["idle"]["db_conns_added"],
+    row("DB connections held by the idle streams (open during, gone after they closed)", lambda f: f["idle"]["db_conns_added"],
         test=lambda v, b, f: None if v is None else v == 0, target_text="0")
-    row("DB connections open in the server (its pool), before / during",
+    row("DB connections open in the server (its pool), before / during / after the idle streams",
         lambda f: f["idle"]["db_conns"], shown=lambda v, k: (
-            "—" if v is None else f"{figures[k]['idle']['db_conns0']:,} / {v:,}"))
+            "—" if v is None else f"{figures[k]['idle']['db_conns0']:,} / {v:,} / {figures[k]['idle']['db_conns_after']:,}"))
     row("server threads with the idle streams open", lambda f: f["idle"]["threads"])
     row("idle streams still receiving pings", lambda f: f["idle"]["pinged"])
     row("server CPU holding the idle streams, % of a core", lambda f: f["idle"]["hold_cpu_pct"], 1)
