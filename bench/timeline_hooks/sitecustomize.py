@@ -1,0 +1,93 @@
+"""Timestamp hooks for ``bench/round_timeline.py`` (loaded through PYTHONPATH; inert without
+``TIMELINE_FILE``).
+
+Each hook appends ``(time.perf_counter(), phase)`` to a list in memory; SIGUSR2 writes the list
+to ``TIMELINE_FILE`` as JSON. perf_counter is CLOCK_MONOTONIC on Linux, so the servers' marks
+and the client's round start share one clock. The hooks wrap, after daphne's protocol module is
+imported (so the twisted reactor is installed first, as daphne needs):
+
+- ``request``: daphne's ``WebRequest.process`` (the whole request has arrived);
+- ``response head`` / ``first body`` / ``first text``: daphne's ``WebRequest.handle_reply`` for
+  the ASGI response start, the first non-empty body, the first body holding a text delta
+  (``"tok "``, the fake upstream's delta text);
+- ``provider request`` / ``provider response``: httpcore's HTTP/1.1 connection starting to send
+  the request headers, and having read the response headers (both servers use the same SDK).
+"""
+import os
+
+if os.environ.get("TIMELINE_FILE"):
+    import importlib.abc
+    import importlib.util
+    import json
+    import signal
+    import sys
+    import time
+
+    _MARKS: list = []
+    _now = time.perf_counter
+
+    def _mark(phase: str) -> None:
+        _MARKS.append((_now(), phase))
+
+    def _dump(*_) -> None:
+        with open(os.environ["TIMELINE_FILE"], "w") as out:
+            json.dump(_MARKS, out)
+
+    signal.signal(signal.SIGUSR2, _dump)
+
+    def _patch() -> None:
+        import daphne.http_protocol as protocol
+        import httpcore2._async.http11 as http11
+
+        process = protocol.WebRequest.process
+        handle_reply = protocol.WebRequest.handle_reply
+
+        def traced_process(self, *args, **kwargs):
+            _mark("request")
+            return process(self, *args, **kwargs)
+
+        def traced_reply(self, message):
+            body = message.get("body") or b""
+            if message.get("type") == "http.response.start":
+                _mark("response head")
+            elif body and not getattr(self, "_timeline_body", False):
+                self._timeline_body = True
+                _mark("first body")
+            if b"tok " in body and not getattr(self, "_timeline_text", False):
+                self._timeline_text = True
+                _mark("first text")
+            return handle_reply(self, message)
+
+        protocol.WebRequest.process = traced_process
+        protocol.WebRequest.handle_reply = traced_reply
+        send_headers = http11.AsyncHTTP11Connection._send_request_headers
+        receive_headers = http11.AsyncHTTP11Connection._receive_response_headers
+
+        async def traced_send(self, *args, **kwargs):
+            _mark("provider request")
+            return await send_headers(self, *args, **kwargs)
+
+        async def traced_receive(self, *args, **kwargs):
+            result = await receive_headers(self, *args, **kwargs)
+            _mark("provider response")
+            return result
+
+        http11.AsyncHTTP11Connection._send_request_headers = traced_send
+        http11.AsyncHTTP11Connection._receive_response_headers = traced_receive
+
+    class _AfterDaphneProtocol(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "daphne.http_protocol":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            exec_module = spec.loader.exec_module
+
+            def exec_then_patch(module):
+                exec_module(module)
+                _patch()
+
+            spec.loader.exec_module = exec_then_patch
+            return spec
+
+    sys.meta_path.insert(0, _AfterDaphneProtocol())
