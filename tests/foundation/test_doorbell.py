@@ -1,0 +1,108 @@
+"""The run doorbell's switchboard: one listening channel per process, no channel-layer call per run.
+
+Across processes (two daphne servers on one Redis) the same paths are exercised by
+``tests/agent_chat/test_two_servers.py``.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from channels.layers import get_channel_layer
+
+from core.doorbell import SWITCHBOARD_GROUP, RunDoorbell, ring
+
+
+class _Counting:
+    """Counts the channel layer's calls (wrapping the real in-memory layer's methods)."""
+
+    def __init__(self, layer, monkeypatch):
+        self.calls: list[str] = []
+        for name in ("new_channel", "group_add", "group_discard"):
+            real = getattr(layer, name)
+
+            async def counted(*args, _real=real, _name=name, **kwargs):
+                self.calls.append(_name)
+                return await _real(*args, **kwargs)
+
+            monkeypatch.setattr(layer, name, counted)
+
+
+async def test_a_ring_wakes_only_its_run_and_a_ring_for_a_run_elsewhere_is_dropped():
+    first, second = RunDoorbell("run-a"), RunDoorbell("run-b")
+    await first.start()
+    await second.start()
+    try:
+        await ring("run-a", "cancel")
+        assert await first.wait("cancel", 5)
+        assert not await second.wait("cancel", 0.2)
+        await ring("run-elsewhere", "cancel")  # executes in no doorbell of this process
+        await ring("run-b", "confirmation", key="c1")
+        assert await second.wait("confirmation:c1", 5)
+        assert not await first.wait("confirmation:c1", 0.2)
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+async def test_a_stopped_run_no_longer_receives_and_a_restarted_one_does():
+    bell = RunDoorbell("run-c")
+    await bell.start()
+    await bell.stop()
+    await ring("run-c", "cancel")
+    again = RunDoorbell("run-c")
+    await again.start()
+    try:
+        assert not await bell.wait("cancel", 0.2)
+        await ring("run-c", "cancel")
+        assert await again.wait("cancel", 5)
+    finally:
+        await again.stop()
+
+
+async def test_runs_after_the_first_cost_no_channel_layer_call(monkeypatch):
+    layer = get_channel_layer()
+    counting = _Counting(layer, monkeypatch)
+    bells = [RunDoorbell(f"run-{i}") for i in range(20)]
+    await bells[0].start()
+    assert counting.calls == ["new_channel", "group_add"]  # the process joins once
+    for bell in bells[1:]:
+        await bell.start()
+    for bell in bells:
+        await bell.stop()
+    assert counting.calls == ["new_channel", "group_add"]
+    assert SWITCHBOARD_GROUP in layer.groups
+
+
+async def test_a_timeline_reader_listens_on_the_runs_events_group():
+    reader = RunDoorbell("run-d", events=True)
+    await reader.start()
+    try:
+        await ring("run-d", "cancel")  # not for readers
+        await ring("run-d", "events")
+        assert await reader.wait("events", 5)
+        assert not await reader.wait("cancel", 0.2)
+    finally:
+        await reader.stop()
+
+
+async def test_without_a_listening_layer_a_run_relies_on_rechecks(monkeypatch):
+    layer = get_channel_layer()
+
+    async def refuse(*args, **kwargs):
+        raise ConnectionError("the channel layer is down")
+
+    monkeypatch.setattr(layer, "group_add", refuse)
+    bell = RunDoorbell("run-e")
+    await bell.start()  # logged, not raised
+    await ring("run-e", "cancel")
+    assert not await bell.wait("cancel", 0.2)
+    monkeypatch.undo()
+    later = RunDoorbell("run-f")
+    await later.start()  # the next run tries again, and the switchboard listens now
+    try:
+        await asyncio.sleep(0)
+        await ring("run-f", "cancel")
+        assert await later.wait("cancel", 5)
+    finally:
+        await later.stop()
+        await bell.stop()
