@@ -99,18 +99,26 @@ class _Switchboard:
 
     async def _listen(self) -> None:
         assert self._channel is not None
-        while True:
-            try:
-                message = await self._layer.receive(self._channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - e.g. Redis hiccup: back off, rechecks cover it
-                logger.warning("run switchboard receive failed", exc_info=True)
-                await asyncio.sleep(1.0)
-                continue
-            doorbell = self._doorbells.get(str(message.get("run", "")))
-            if doorbell is not None:  # else the run executes in another process
-                doorbell.deliver(message)
+        await _receive_forever(self._layer, self._channel, self._dispatch, "the run switchboard")
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        doorbell = self._doorbells.get(str(message.get("run", "")))
+        if doorbell is not None:  # else the run executes in another process
+            doorbell.deliver(message)
+
+
+async def _receive_forever(layer: Any, channel: str, handle: Any, who: str) -> None:
+    """Hand every message on ``channel`` to ``handle``; a failing receive backs off and retries."""
+    while True:
+        try:
+            message = await layer.receive(channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - e.g. Redis hiccup: back off, rechecks cover it
+            logger.warning("%s: receive failed", who, exc_info=True)
+            await asyncio.sleep(1.0)
+            continue
+        handle(message)
 
 
 _SWITCHBOARDS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Switchboard]" = weakref.WeakKeyDictionary()
@@ -176,16 +184,7 @@ class RunDoorbell:
 
     async def _listen(self) -> None:
         assert self._layer is not None and self._channel is not None
-        while True:
-            try:
-                message = await self._layer.receive(self._channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - e.g. Redis hiccup: back off, rechecks cover it
-                logger.warning("doorbell receive failed for run %s", self.run_id, exc_info=True)
-                await asyncio.sleep(1.0)
-                continue
-            self.deliver(message)
+        await _receive_forever(self._layer, self._channel, self.deliver, f"the doorbell of run {self.run_id}")
 
     async def wait(self, key: str, timeout: float) -> bool:
         event = self._event(key)
