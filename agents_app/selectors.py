@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.conf import settings
 from django.db.models import QuerySet
 
 from core.errors import NotFound
-from core.refreshing_cache import RefreshingCache
+from core.refreshing_cache import RefreshingCache, seconds_setting
 
 from .models import Agent
 from .specs import AgentSpec, agent_spec
@@ -39,7 +38,7 @@ def agent_get_for_run(*, role: str) -> Agent:
 # process (agents_app/apps.py); other processes see an edit within AGENT_CACHE_SECONDS (an expired
 # spec is served once more while it reloads in the background: core/refreshing_cache.py).
 _SPECS: RefreshingCache[tuple[Agent, AgentSpec, float | None]] = RefreshingCache(
-    "agent spec", ttl=lambda: float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0))
+    "agent spec", ttl=seconds_setting("AGENT_CACHE_SECONDS"))
 
 
 def _mtime(path: Path) -> float | None:

@@ -39,6 +39,14 @@ _LOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="orchestrator-cac
 REFRESH_DELAY = 0.05
 
 
+def seconds_setting(name: str) -> Callable[[], float]:
+    """A ``ttl`` that reads the Django setting ``name`` (seconds; unset or 0: no caching) at each use,
+    so tests and ``override_settings`` take effect at once."""
+    from django.conf import settings
+
+    return lambda: float(getattr(settings, name, 0) or 0)
+
+
 def _close_connections() -> None:
     from django.db import connections
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
 
 from core.errors import ApplicationError, InvalidInput
-from core.refreshing_cache import RefreshingCache
+from core.refreshing_cache import RefreshingCache, seconds_setting
 
 from .mcp_client import SERVER_NAME_RE, McpConfigError, mcp_url_refusal, validate_mcp_servers
 from .models import AgentMcpServer, McpServer
@@ -95,7 +94,7 @@ def mcp_servers_for_run(*, user: Any, agent: Any, requested: Any, allow_inline: 
 # processes see a change within AGENT_CACHE_SECONDS, like the agent's own settings (served once
 # more while it reloads in the background: core/refreshing_cache.py).
 _LINKS: RefreshingCache[dict[str, AgentMcpServer]] = RefreshingCache(
-    "MCP links", ttl=lambda: float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0))
+    "MCP links", ttl=seconds_setting("AGENT_CACHE_SECONDS"))
 
 
 def _load_links(agent_id: Any) -> dict[str, AgentMcpServer]:

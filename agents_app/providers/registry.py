@@ -19,7 +19,7 @@ from decimal import Decimal
 
 from django.conf import settings
 
-from core.refreshing_cache import RefreshingCache
+from core.refreshing_cache import RefreshingCache, seconds_setting
 
 # Which engine runs a provider of each kind, and the reverse.
 ENGINE_FOR_KIND = {"anthropic": "claude", "ollama": "ollama", "mock": "mock"}
@@ -175,7 +175,7 @@ def _dec(value) -> Decimal | None:
 # AGENT_CACHE_SECONDS (served once more while it reloads in the background:
 # core/refreshing_cache.py).
 _CACHE: RefreshingCache[Registry] = RefreshingCache(
-    "provider registry", ttl=lambda: float(getattr(settings, "AGENT_CACHE_SECONDS", 0) or 0))
+    "provider registry", ttl=seconds_setting("AGENT_CACHE_SECONDS"))
 
 
 def registry_cache_clear(*args, **kwargs) -> None:
@@ -190,14 +190,7 @@ def provider_registry() -> Registry:
     a provider, model, rule or budget, or loading the file, clears it in that process. The
     implicit providers read the settings on every use, so they are never stale.
     """
-    fresh: list[Registry] = []
-
-    def load() -> Registry:
-        fresh.append(_load_registry())
-        return fresh[-1]
-
-    registry = _CACHE.get("registry", load)
-    return registry if fresh else _with_fresh_implicit(registry)
+    return _with_fresh_implicit(_CACHE.get("registry", _load_registry))
 
 
 def _with_fresh_implicit(registry: Registry) -> Registry:
