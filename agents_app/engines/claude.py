@@ -28,6 +28,7 @@ import httpx2
 from django.conf import settings
 
 from core.events import RunEventBase, TextDelta
+from core.http_transport import KEEPALIVE_OPTIONS, OneWriteTransport
 
 from .base import Engine, EngineContext, EngineError, EngineResult
 
@@ -185,9 +186,10 @@ def lease_client(target: Any = None) -> tuple[anthropic.AsyncAnthropic, Any]:
             # The SDK's per-read timeout; the overall deadline is enforced in _open_stream.
             timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
             # Sized for many concurrent streams (ANTHROPIC_MAX_CONNECTIONS in all): one per open stream.
-            http_client=anthropic.DefaultAsyncHttpxClient(
-                verify=entry.tls,
-                limits=httpx2.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, 200))),
+            # A request's head and body leave in one write (core/http_transport.py).
+            http_client=anthropic.DefaultAsyncHttpxClient(transport=OneWriteTransport(
+                verify=entry.tls, socket_options=KEEPALIVE_OPTIONS,
+                limits=httpx2.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, 200)))),
         )
     busy[index] += 1
     released = False
