@@ -11,7 +11,8 @@ request's time since the round's first request arrived at the server::
     .venv/bin/python bench/round_timeline.py [--concurrency 50] [--rounds 6] [--postgres]
 
 Phases: ``request`` (daphne has the whole request), ``provider request`` (the SDK's HTTP
-connection starts sending the request to the upstream), ``provider response`` (it has read the
+connection starts sending the request to the upstream), ``provider body sent`` (it has written
+the request body; the upstream can answer), ``provider response`` (it has read the
 upstream's response headers), ``response head`` / ``first body`` (the server hands daphne its
 response start / first body), ``first text`` (the first body with a text delta). A figure, not
 a test; the hooks cost a few microseconds per mark, alike for both servers.
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import stream_bench as sb  # noqa: E402
 
 HOOKS = Path(__file__).resolve().parent / "timeline_hooks"
-PHASES = ("request", "provider request", "provider response", "response head", "first body", "first text")
+PHASES = ("request", "provider request", "provider body sent", "provider response", "response head", "first body", "first text")
 
 
 def _phases(marks: list[tuple[float, str]], rounds: list[tuple[float, float]]) -> dict[str, list[tuple[float, float, float]]]:

@@ -11,7 +11,9 @@ imported (so the twisted reactor is installed first, as daphne needs):
   the ASGI response start, the first non-empty body, the first body holding a text delta
   (``"tok "``, the fake upstream's delta text);
 - ``provider request`` / ``provider response``: httpcore's HTTP/1.1 connection starting to send
-  the request headers, and having read the response headers (both servers use the same SDK).
+  the request headers, and having read the response headers (both servers use the same SDK);
+  ``provider body sent``: httpcore has written the request body (the upstream can answer; with
+  the project's one-write transport the whole request leaves with the read that follows at once).
 """
 import os
 
@@ -72,6 +74,14 @@ if os.environ.get("TIMELINE_FILE"):
             _mark("provider response")
             return result
 
+        send_body = http11.AsyncHTTP11Connection._send_request_body
+
+        async def traced_body(self, *args, **kwargs):
+            result = await send_body(self, *args, **kwargs)
+            _mark("provider body sent")
+            return result
+
+        http11.AsyncHTTP11Connection._send_request_body = traced_body
         http11.AsyncHTTP11Connection._send_request_headers = traced_send
         http11.AsyncHTTP11Connection._receive_response_headers = traced_receive
 
