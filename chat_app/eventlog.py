@@ -340,15 +340,19 @@ class LiveRun:
         # The run's own commit, when the executor runs it beside the engine's start (see
         # await_record): nothing is written, and no subscriber reads, before it lands.
         self.recorded: asyncio.Future | None = None
+        self._record_now: Callable[[], None] = lambda: None
         self.record_error: BaseException | None = None
         if first is not None:
             self.events.append(first)  # recorded with the run itself
             self._next_seq = first.seq + 1
 
     # --- the run's own commit ------------------------------------------------------------------
-    def await_record(self, commit: Any) -> None:
-        """Run ``commit`` (an awaitable: the run's rows) now; see :meth:`wait_recorded`."""
-        self.recorded = asyncio.ensure_future(commit)
+    def await_record(self, write: Any) -> None:
+        """The run's rows are ``write`` (a :class:`~chat_app.group_commit.DeferredWrite`):
+        nothing of the run is written, and no subscriber reads, before it lands; see
+        :meth:`wait_recorded`."""
+        self._record_now = write.now
+        self.recorded = write.future
         self.recorded.add_done_callback(self._recorded)
 
     def _recorded(self, future: asyncio.Future) -> None:
@@ -364,6 +368,7 @@ class LiveRun:
     async def wait_recorded(self) -> bool:
         """Until the run's rows are committed; False when that failed (the run exists nowhere)."""
         if self.recorded is not None and not self.recorded.done():
+            self._record_now()  # someone waits: no more deferring
             await asyncio.wait({self.recorded})  # a cancelled waiter leaves the commit running
         return self.record_error is None
 

@@ -138,8 +138,8 @@ class InProcessExecutor:
         # executor, which dies with the request).
         live.task = asyncio.create_task(self._execute(launch, live), name=f"run-{launch.run_id}",
                                         context=contextvars.Context())
-        if launch.record is not None:  # queued behind the task's first step (its provider request)
-            written = WRITER.write_soon(record_run, launch.record, merge=record_runs)
+        if launch.record is not None:  # after the provider call's start; at once if someone waits
+            written = WRITER.write_later(float(settings.RUN_RECORD_DELAY), record_run, launch.record, merge=record_runs)
             hold_reads_until((launch.run_id, launch.conversation_id), written)
             live.await_record(written)
         self._ensure_keeper()

@@ -14,7 +14,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, AsyncIterator
+import uuid
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -25,7 +26,7 @@ from agents_app.models import Agent
 from agents_app.router import route_run
 from agents_app.selectors import agent_for_run
 from core.doorbell import ring
-from core.errors import Conflict, ErrorCode, InvalidInput
+from core.errors import Conflict, ErrorCode, InvalidInput, NotFound
 from core.events import RecordedEvent, RunEnded, RunError, RunStarted
 from tools_app.mcp_policy import mcp_servers_for_run
 
@@ -199,6 +200,40 @@ async def run_start(**kwargs: Any) -> RunCreated:
     return created
 
 
+T = TypeVar("T")
+
+# How much longer than RUN_RECORD_DELAY a run announced by another process may take to be read.
+ANNOUNCED_GRACE = 0.5
+
+
+async def run_read(read: Callable[[], Awaitable[T]], *, run_id: str) -> T:
+    """``await read()``: a read of a run whose id a client may have been given a moment ago.
+
+    A stream announces its run (the id in its first frames) before the run's start rows are
+    committed: they are written ``RUN_RECORD_DELAY`` later, or at once when something needs them.
+    A run started in this process is waited for (its rows are written at once). One started in
+    another process cannot be asked: a ``run_not_found`` is read again, after growing pauses,
+    until ``RUN_RECORD_DELAY`` + 0.5 s have passed, and only then is the answer. So an unknown
+    (or another user's) run id is answered that much later, alike; a malformed one at once.
+    """
+    await get_executor().wait_recorded(run_id)
+    try:
+        uuid.UUID(str(run_id))
+    except ValueError:
+        return await read()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + float(settings.RUN_RECORD_DELAY) + ANNOUNCED_GRACE
+    pause = 0.01
+    while True:
+        try:
+            return await read()
+        except NotFound as exc:
+            if exc.code != "run_not_found" or loop.time() + pause > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.16)
+
+
 def run_subscribe(*, run_id: str, after_seq: int = 0) -> AsyncIterator[RecordedEvent]:
     """Every event of a run after ``after_seq``, in order, then live ones until the run ends."""
     return aiter(get_executor().subscribe(str(run_id), after_seq=after_seq))
@@ -214,8 +249,7 @@ async def run_cancel(*, user: Any, run_id: str) -> Run:
         NotFound: unknown run, or another user's.
         Conflict: ``run_not_active``, the run ended (or finished despite the request).
     """
-    await get_executor().wait_recorded(str(run_id))
-    run = await in_thread(run_get)(user=user, run_id=run_id)
+    run = await run_read(lambda: in_thread(run_get)(user=user, run_id=run_id), run_id=str(run_id))
     if run.is_terminal:
         raise Conflict(f"Run already {run.status}.", code="run_not_active", extra={"status": run.status})
     await in_thread(lambda: Run.objects.filter(id=run.id).update(cancel_requested=True))()

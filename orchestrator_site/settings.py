@@ -254,6 +254,12 @@ CONFIRMATION_RECHECK_INTERVAL = env_float("CONFIRMATION_RECHECK_INTERVAL", 1.0)
 # A live run's lease: renewed by its process every third of this; a run whose lease ran out is
 # reaped (failed, its pending confirmations expired), e.g. after its server was restarted.
 RUN_LEASE_SECONDS = env_float("RUN_LEASE_SECONDS", 30.0)
+# A new run's start rows (its conversation, the run, the user message, agent.start) are handed to
+# the group-commit writer this long after the run starts — or at once when something needs them
+# (an event batch, the run's end, a read of the run in this process) — so the writer thread does
+# not compete for the GIL with the run's provider request and the reading of its first response.
+# Another process sees the run up to this much later. 0: right after the run task's first step.
+RUN_RECORD_DELAY = env_float("RUN_RECORD_DELAY", 0.02)
 # Recorded events are written in batches: at most this long after they were streamed.
 RUN_EVENT_FLUSH_INTERVAL = env_float("RUN_EVENT_FLUSH_INTERVAL", 0.25)
 

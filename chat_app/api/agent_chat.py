@@ -21,7 +21,6 @@ from rest_framework.request import Request
 from chat_app import selectors, services
 from chat_app.api.serializers import StrictCharField, fast_validated_data
 from chat_app.api.streaming import AsyncApiView
-from chat_app.executor import get_executor
 from chat_app.models import RunEvent
 from chat_app.transports import Dialect, get_dialect
 from chat_app.transports import vercel_ai
@@ -185,8 +184,9 @@ class RunEventsApi(AsyncApiView):
         summary="(Re)attach to a run's event stream: missed events, then live ones",
     )
     async def get(self, request, run_id: str) -> StreamingHttpResponse | HttpResponse:
-        await get_executor().wait_recorded(run_id)  # a run that started here a moment ago
-        outcome = await self.burst(lambda drf_request: self._find(drf_request, run_id), request)
+        # A run that started a moment ago, here or in another process, is waited for.
+        outcome = await services.run_read(lambda: self.burst(lambda drf_request: self._find(drf_request, run_id), request),
+                                          run_id=run_id)
         if outcome is None:
             # The client already has agent.end: 204 tells a browser EventSource to stop reconnecting.
             return HttpResponse(status=204)

@@ -270,3 +270,98 @@ async def test_reads_of_a_just_started_run_and_its_conversation_wait_for_its_sta
     assert (await asyncio.wait_for(read, 10)).id == created.conversation.id
     assert (await asyncio.wait_for(run_read, 10)).id == created.run.id
     await services.run_cancel(user=user, run_id=str(created.run.id))
+
+
+async def test_start_rows_wait_for_the_record_delay_unless_a_read_needs_them(user, settings):
+    from chat_app import selectors
+    from chat_app.group_commit import WRITER
+    from chat_app.models import Run
+
+    settings.RUN_RECORD_DELAY = 60  # far longer than this test may take
+    created = await _deferred_start(user, "/sleep 5")
+    await WRITER.write(lambda: None)  # a later write has been committed ...
+    assert not await Run.objects.filter(id=created.run.id).aexists()  # ... the start rows still wait
+    # A read in this process (in a thread, as the API reads) has them written and finds the run.
+    run = await asyncio.wait_for(asyncio.to_thread(selectors.run_get, user=user, run_id=str(created.run.id)), 15)
+    assert run.id == created.run.id and run.status == "running"
+    cancelled = await asyncio.wait_for(services.run_cancel(user=user, run_id=str(created.run.id)), 15)
+    assert cancelled.status == "cancelled"
+
+
+async def test_a_run_that_ends_within_the_record_delay_is_recorded_at_its_end(user, settings):
+    from chat_app.models import Run, RunEvent
+
+    settings.RUN_RECORD_DELAY = 60
+    created = await _deferred_start(user, "hello, quickly")
+    events = await asyncio.wait_for(_all_events(str(created.run.id)), 15)
+    assert events[-1].event == "agent.end" and events[-1].payload["status"] == "succeeded"
+    run = await Run.objects.aget(id=created.run.id)
+    assert run.status == "succeeded"
+    stored = await sync_to_async(list)(RunEvent.objects.filter(run_id=run.id).order_by("seq").values_list("seq", flat=True))
+    assert stored == [e.seq for e in events]
+
+
+async def test_start_rows_land_after_the_record_delay_with_nobody_asking(user, settings):
+    from chat_app.models import Run
+
+    settings.RUN_RECORD_DELAY = 0.05
+    created = await _deferred_start(user, "/sleep 5")
+
+    async def landed() -> None:
+        while not await Run.objects.filter(id=created.run.id).aexists():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(landed(), 10)
+    await services.run_cancel(user=user, run_id=str(created.run.id))
+
+
+async def _all_events(run_id: str) -> list:
+    return [e async for e in services.run_subscribe(run_id=run_id)]
+
+
+def _commit_record(record) -> None:
+    from chat_app.executor import record_run
+
+    with transaction.atomic():
+        record_run(record)
+
+
+async def test_a_run_announced_by_another_process_is_read_once_its_rows_land(user, settings):
+    from chat_app import selectors
+    from chat_app.eventlog import in_thread
+
+    settings.RUN_RECORD_DELAY = 0.02
+    # Prepared but not submitted here: as if another process executed it, its rows not yet written.
+    created = await in_thread(services.run_create)(user=user, input="elsewhere", agent_role="coder", defer_commit=True)
+    run_id = str(created.run.id)
+    attempts = []
+
+    async def read():
+        attempts.append(run_id)
+        if len(attempts) == 2:  # the first read found nothing; the other process commits now
+            await in_thread(_commit_record)(created.launch.record)
+        return await in_thread(selectors.run_get)(user=user, run_id=run_id)
+
+    run = await asyncio.wait_for(services.run_read(read, run_id=run_id), 10)
+    assert run.id == created.run.id and len(attempts) == 2
+
+
+async def test_an_unknown_run_is_not_found_after_a_few_reads_and_a_malformed_id_at_once(user, settings):
+    import uuid
+
+    from chat_app import selectors
+    from chat_app.eventlog import in_thread
+    from core.errors import NotFound
+
+    settings.RUN_RECORD_DELAY = 0.02
+    for run_id, expected_reads in ((str(uuid.uuid4()), range(2, 20)), ("not-a-run", range(1, 2))):
+        attempts = []
+
+        async def read():
+            attempts.append(run_id)
+            return await in_thread(selectors.run_get)(user=user, run_id=run_id)
+
+        with pytest.raises(NotFound) as caught:
+            await asyncio.wait_for(services.run_read(read, run_id=run_id), 10)
+        assert caught.value.code == "run_not_found"
+        assert len(attempts) in expected_reads
