@@ -28,7 +28,8 @@ What is measured, for each server:
 3. Time to first text delta (first ``content_delta`` / first non-empty ``agent.delta``, not
    ``conversation.created`` or ``agent.start``) from just before the TCP connect, p50 and p95, at
    concurrency 1, 10 and 50: rounds of c requests sent at once (so p50 grows with what the server
-   spends starting each stream); the upstream sends a delta at once, then 19 more at 100/s. Beside
+   spends starting each stream), the servers taking turns round by round (c=1 varies by about a
+   millisecond between blocks of rounds on this 2-core VM, more than a server's own change); the upstream sends a delta at once, then 19 more at 100/s. Beside
    it, the server's CPU per stream across those rounds (from the requests to their ends): on two
    cores, what the server spends per stream is what the later streams of a round wait for.
 4. Idle streams: N streams (default 2,000) whose upstream sends ``message_start`` and then
@@ -100,7 +101,7 @@ class Plan:
     stall_after: float  # seconds without a newly established stream that count as a stall
 
 
-FULL = Plan(repeats=5, ttfe=((1, 20), (10, 5), (50, 3)), idle=IDLE_TARGET, idle_window=60, stall_after=10)
+FULL = Plan(repeats=5, ttfe=((1, 40), (10, 10), (50, 6)), idle=IDLE_TARGET, idle_window=60, stall_after=10)
 QUICK = Plan(repeats=3, ttfe=((1, 10), (10, 2), (50, 1)), idle=300, idle_window=8, stall_after=4)
 
 
@@ -564,16 +565,26 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-async def first_delta_times(target: Target, concurrency: int, rounds: int, problems: list[str]) -> dict:
-    """Rounds of ``concurrency`` requests sent at once; the next round when all have ended and the server is idle."""
-    results: list[Stream] = []
-    wall = cpu = 0.0
-    for _ in range(rounds):
-        await wait_quiet([target.pid])
-        started, cpu0 = time.perf_counter(), cpu_seconds(target.pid)
-        results += await asyncio.gather(*(stream(target, RATE_MODEL, Stream(), timeout=20) for _ in range(concurrency)))
-        wall += time.perf_counter() - started
-        cpu += cpu_seconds(target.pid) - cpu0
+async def first_delta_times(targets: list[Target], concurrency: int, rounds: int, problems: list[str]) -> dict[str, dict]:
+    """Rounds of ``concurrency`` requests sent at once, the servers taking turns round by round
+    (the order reversed every other round), so the machine's drift hits them alike; the next
+    round when all have ended and every server is idle."""
+    pids = [t.pid for t in targets]
+    tally = {t.key: ([], [0.0, 0.0]) for t in targets}  # results, [wall, cpu]
+    for index in range(rounds):
+        for target in (targets if index % 2 == 0 else targets[::-1]):
+            await wait_quiet(pids)
+            results, sums = tally[target.key]
+            started, cpu0 = time.perf_counter(), cpu_seconds(target.pid)
+            results += await asyncio.gather(*(stream(target, RATE_MODEL, Stream(), timeout=20) for _ in range(concurrency)))
+            sums[0] += time.perf_counter() - started
+            sums[1] += cpu_seconds(target.pid) - cpu0
+    return {t.key: _first_delta_figures(t, concurrency, *tally[t.key], problems) for t in targets}
+
+
+def _first_delta_figures(target: Target, concurrency: int, results: list[Stream], sums: list[float],
+                         problems: list[str]) -> dict:
+    wall, cpu = sums
     for i, result in enumerate(results):
         verify(target, result, RATE_DELTAS, f"first delta at c={concurrency}, stream {i + 1}", problems)
     times = [(r.first_text - r.t0) * 1000 for r in results if r.first_text]
@@ -907,15 +918,12 @@ async def bench(args: argparse.Namespace, workdir: Path, servers: Servers) -> in
         figures.update(await one_stream(targets, plan.repeats, problems))
         for target in targets:
             figures[target.key]["ttfe"] = {}
-        pids = [t.pid for t in targets]
         for c, per in plan.ttfe:
-            for target in targets:
-                await wait_quiet(pids)
-                log(f"first text delta at c={c}: {target.title}")
-                result = await first_delta_times(target, c, per, problems)
-                figures[target.key]["ttfe"][c] = result
+            log(f"first text delta at c={c}: {per} rounds per server, taking turns")
+            for key, result in (await first_delta_times(targets, c, per, problems)).items():
+                figures[key]["ttfe"][c] = result
                 if result["n"]:
-                    log(f"  p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms")
+                    log(f"  {key}: p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms")
         for target in targets:
             log(f"idle streams: {target.title}")
             servers.check_alive(target.key)
