@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-import uuid
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from django.conf import settings
