@@ -29,8 +29,8 @@ What is measured, for each server:
    ``conversation.created`` or ``agent.start``) from just before the TCP connect, p50 and p95, at
    concurrency 1, 10 and 50: rounds of c requests sent at once (so p50 grows with what the server
    spends starting each stream), the servers taking turns round by round (c=1 varies by about a
-   millisecond between blocks of rounds on this 2-core VM, more than a server's own change); the upstream sends a delta at once, then 19 more at 100/s. Beside
-   it, the server's CPU per stream across those rounds (from the requests to their ends): on two
+   millisecond between blocks of rounds on this 2-core VM, more than a server's own change); the
+   upstream sends a delta at once, then 19 more at 100/s. Beside it, the server's CPU per stream across those rounds (from the requests to their ends): on two
    cores, what the server spends per stream is what the later streams of a round wait for.
 4. Idle streams: N streams (default 2,000) whose upstream sends ``message_start`` and then
    nothing, opened with at most 100 waiting for their first byte at a time. Established = first
@@ -569,22 +569,24 @@ async def first_delta_times(targets: list[Target], concurrency: int, rounds: int
     """Rounds of ``concurrency`` requests sent at once, the servers taking turns round by round
     (the order reversed every other round), so the machine's drift hits them alike; the next
     round when all have ended and every server is idle."""
+    results: dict[str, list[Stream]] = {t.key: [] for t in targets}
+    wall: dict[str, float] = {t.key: 0.0 for t in targets}
+    cpu: dict[str, float] = {t.key: 0.0 for t in targets}
     pids = [t.pid for t in targets]
-    tally = {t.key: ([], [0.0, 0.0]) for t in targets}  # results, [wall, cpu]
     for index in range(rounds):
         for target in (targets if index % 2 == 0 else targets[::-1]):
             await wait_quiet(pids)
-            results, sums = tally[target.key]
             started, cpu0 = time.perf_counter(), cpu_seconds(target.pid)
-            results += await asyncio.gather(*(stream(target, RATE_MODEL, Stream(), timeout=20) for _ in range(concurrency)))
-            sums[0] += time.perf_counter() - started
-            sums[1] += cpu_seconds(target.pid) - cpu0
-    return {t.key: _first_delta_figures(t, concurrency, *tally[t.key], problems) for t in targets}
+            results[target.key] += await asyncio.gather(
+                *(stream(target, RATE_MODEL, Stream(), timeout=20) for _ in range(concurrency)))
+            wall[target.key] += time.perf_counter() - started
+            cpu[target.key] += cpu_seconds(target.pid) - cpu0
+    return {t.key: _first_delta_figures(t, concurrency, results[t.key], wall[t.key], cpu[t.key], problems)
+            for t in targets}
 
 
-def _first_delta_figures(target: Target, concurrency: int, results: list[Stream], sums: list[float],
+def _first_delta_figures(target: Target, concurrency: int, results: list[Stream], wall: float, cpu: float,
                          problems: list[str]) -> dict:
-    wall, cpu = sums
     for i, result in enumerate(results):
         verify(target, result, RATE_DELTAS, f"first delta at c={concurrency}, stream {i + 1}", problems)
     times = [(r.first_text - r.t0) * 1000 for r in results if r.first_text]
