@@ -16,6 +16,7 @@ and writes, so :class:`OneWriteTransport` keeps ``http2`` off.
 """
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 from typing import Any, Iterable
@@ -39,6 +40,11 @@ class CoalescingStream(httpcore2.AsyncNetworkStream):
 
     def __init__(self, inner: httpcore2.AsyncNetworkStream):
         self._inner = inner
+        # The socket, asked for once: anyio answers every ``extra()`` by building all of a
+        # socket's attributes, a getpeername() call included, and the pool asks each idle
+        # connection whether it is readable whenever a request comes or goes (py-spy, fifty
+        # concurrent streams: ~5% of the event loop's time).
+        self._socket: socket.socket | None = inner.get_extra_info("socket")
         self._held: list[bytes] = []
         self._size = 0
         self._timeout: float | None = None
@@ -76,7 +82,23 @@ class CoalescingStream(httpcore2.AsyncNetworkStream):
         return CoalescingStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
+        if self._socket is not None:
+            if info == "is_readable":
+                return _readable(self._socket)
+            if info == "socket":
+                return self._socket
         return self._inner.get_extra_info(info)
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether a read would return at once (data, or the b"" of a closed peer): httpcore's test
+    of an idle connection. ``poll``, not ``select``: a busy server's descriptors pass 1024."""
+    fd = sock.fileno()
+    if fd < 0:
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class CoalescingBackend(httpcore2.AsyncNetworkBackend):

@@ -78,6 +78,38 @@ async def test_closing_drops_what_was_held():
     assert stream.get_extra_info("is_readable") is False
 
 
+class _OnSocket(_Recorded):
+    """A stream on a real socket, counting how often it is asked for its extra info."""
+
+    def __init__(self, sock):
+        super().__init__()
+        self.sock = sock
+        self.asked: list[str] = []
+
+    def get_extra_info(self, info):
+        self.asked.append(info)
+        return self.sock if info == "socket" else None
+
+
+def test_an_idle_connection_is_probed_on_its_own_socket_without_asking_the_stream_again():
+    import socket
+
+    ours, peer = socket.socketpair()
+    try:
+        inner = _OnSocket(ours)
+        stream = CoalescingStream(inner)
+        assert stream.get_extra_info("is_readable") is False  # nothing waiting: the connection is reusable
+        peer.sendall(b"x")
+        assert stream.get_extra_info("is_readable") is True
+        ours.recv(1)
+        peer.close()  # the server hung up: a read would return b"", so readable, so expired
+        assert stream.get_extra_info("is_readable") is True
+        assert stream.get_extra_info("socket") is ours
+        assert inner.asked == ["socket"]  # once, at the start
+    finally:
+        ours.close()
+
+
 class _Server:
     """A raw HTTP/1.1 server on 127.0.0.1 that records each chunk as it arrives."""
 
