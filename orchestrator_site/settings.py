@@ -286,5 +286,9 @@ LOGGING = {
     "loggers": {
         "orchestrator": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
         "django.request": {"handlers": ["console"], "level": "ERROR"},
+        # httpx logs every provider request at INFO ("HTTP Request: POST …"): a line per model call
+        # that the run's own record already holds (~1.5% of the event loop's time under fifty
+        # concurrent streams). Its warnings and errors still show.
+        "httpx2": {"level": "WARNING"},
     },
 }
