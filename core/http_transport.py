@@ -16,13 +16,13 @@ and writes, so :class:`OneWriteTransport` keeps ``http2`` off.
 """
 from __future__ import annotations
 
-import select
 import socket
 import ssl
 from typing import Any, Iterable
 
 import httpcore2
 import httpx2
+from httpcore2._utils import is_socket_readable  # httpcore's own test of an idle connection
 
 # Held writes are sent once they reach this many bytes, without waiting for a read.
 FLUSH_BYTES = 64 * 1024
@@ -84,21 +84,10 @@ class CoalescingStream(httpcore2.AsyncNetworkStream):
     def get_extra_info(self, info: str) -> Any:
         if self._socket is not None:
             if info == "is_readable":
-                return _readable(self._socket)
+                return is_socket_readable(self._socket)
             if info == "socket":
                 return self._socket
         return self._inner.get_extra_info(info)
-
-
-def _readable(sock: socket.socket) -> bool:
-    """Whether a read would return at once (data, or the b"" of a closed peer): httpcore's test
-    of an idle connection. ``poll``, not ``select``: a busy server's descriptors pass 1024."""
-    fd = sock.fileno()
-    if fd < 0:
-        return True
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 class CoalescingBackend(httpcore2.AsyncNetworkBackend):

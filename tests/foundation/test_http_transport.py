@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import httpcore2
 import httpx2
@@ -92,8 +93,6 @@ class _OnSocket(_Recorded):
 
 
 def test_an_idle_connection_is_probed_on_its_own_socket_without_asking_the_stream_again():
-    import socket
-
     ours, peer = socket.socketpair()
     try:
         inner = _OnSocket(ours)
