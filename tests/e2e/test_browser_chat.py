@@ -53,6 +53,10 @@ def _login(page, server, username="e2e", password="e2e-password"):
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
     page.wait_for_selector("#composer")
+    # The composer is in the HTML before the scripts at the end of the body have run: a key
+    # pressed before the load event finds no handler (seen under CI load: the first messages
+    # were typed into a page whose chat.js had not attached its Enter handler yet).
+    page.wait_for_load_state("load")
 
 
 @pytest.fixture
