@@ -215,9 +215,14 @@ class InProcessExecutor:
             live.publish(live.make(final[-1]), persist=False)
         finally:
             await doorbell.stop()  # after the end is out (a slow channel layer must not delay it), always
+        live.retire()
         loop = asyncio.get_running_loop()
-        loop.call_later(LINGER_SECONDS, lambda: self.live.pop(launch.run_id, None)
-                        if self.live.get(launch.run_id) is live else None)
+        loop.call_later(LINGER_SECONDS, self._forget, launch.run_id, live)
+
+    def _forget(self, run_id: str, live: LiveRun) -> None:
+        """The end of a finished run's linger (unless a newer LiveRun took its id)."""
+        if self.live.get(run_id) is live:
+            del self.live[run_id]
 
     # --- the keeper: one task per process for all its live runs -------------------------------
     def _ensure_keeper(self) -> None:

@@ -158,6 +158,7 @@ class GroupCommitWriter:
                     break
             if batch:
                 self._commit(batch, _check_kept, _leave_idle)
+            item = batch = None  # idle: hold nothing of the last batch (its rows, its closures)
 
     def _commit(self, batch: list[_Job], check_kept: Callable, leave_idle: Callable) -> None:
         server = connection.vendor != "sqlite"

@@ -1,6 +1,7 @@
 """The run service on the mock engine: events in order, seq gapless, messages persisted."""
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -163,3 +164,32 @@ async def test_run_cancel_while_finishing_cannot_overwrite_the_answer(user, monk
     run = await Run.objects.aget(id=run_id)
     assert run.status == "succeeded"
     assert await Message.objects.filter(run_id=run_id, role="assistant").acount() == 1
+
+
+async def test_a_finished_run_lingers_without_its_task_or_start_rows(user):
+    """The linger keeps what late readers need (events, status), not the run's launch, task or
+    start-row models: those would stay alive for the whole linger in the collector's oldest
+    generation."""
+    import gc
+    import weakref
+
+    from chat_app.executor import get_executor
+
+    created = await sync_to_async(services.run_create)(user=user, input="linger lightly", agent_role="coder",
+                                                        defer_commit=True)
+    assert created.launch.record is not None  # the start rows go to the writer with the run
+    launch_ref, row_ref = weakref.ref(created.launch), weakref.ref(created.launch.record.run)
+    run_id = str(created.run.id)
+    get_executor().submit(created.launch)
+    del created
+    events = await _collect(run_id)
+    assert events[-1].event == "agent.end" and events[-1].payload["status"] == "succeeded"
+    live = get_executor().live[run_id]  # still lingering: a late reader gets the whole run
+    assert live.done and live.task is None and live.recorded is None
+    assert [e.seq for e in events] == [e.seq for e in [e async for e in services.run_subscribe(run_id=run_id)]]
+    # The writer thread lets go of its last batch just after resolving it: wait for that, bounded.
+    deadline = asyncio.get_running_loop().time() + 5
+    while (launch_ref() is not None or row_ref() is not None) and asyncio.get_running_loop().time() < deadline:
+        gc.collect()
+        await asyncio.sleep(0.01)
+    assert launch_ref() is None and row_ref() is None
