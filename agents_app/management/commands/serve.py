@@ -4,7 +4,7 @@ import sys
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
@@ -16,6 +16,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-migrate", action="store_true")
 
     def handle(self, *args, host, port, no_migrate, **options):
+        thresholds = gc_thresholds(settings.GC_THRESHOLDS)  # a bad value stops here, before any work
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
             call_command("load_default_agents")
@@ -36,6 +37,10 @@ class Command(BaseCommand):
 
         connections.close_all()
         _freeze_startup_heap()
+        if thresholds is not None:
+            import gc
+
+            gc.set_threshold(*thresholds)
         from daphne.cli import CommandLineInterface
 
         self.stdout.write(f"Serving on http://{host}:{port}/ (HTTP + WebSocket, daphne)")
@@ -66,3 +71,18 @@ def _freeze_startup_heap() -> None:
     dialect_names()
     gc.collect()
     gc.freeze()
+
+
+def gc_thresholds(raw: str) -> tuple[int, int, int] | None:
+    """``GC_THRESHOLDS`` as three non-negative integers (None: keep CPython's)."""
+    text = (raw or "").strip().lower()
+    if text in ("", "default"):
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    try:
+        values = tuple(int(part) for part in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) < 0:
+        raise CommandError(f"GC_THRESHOLDS must be three non-negative integers like 5000,20,100 or 'default', not {raw!r}")
+    return values  # type: ignore[return-value]
