@@ -346,6 +346,7 @@ class LiveRun:
         self.recorded: asyncio.Future | None = None
         self._record_now: Callable[[], None] = _noop
         self.record_error: BaseException | None = None
+        self.on_output: Callable[[], None] | None = None  # called once, at the first publish
         if first is not None:
             self.events.append(first)  # recorded with the run itself
             self._next_seq = first.seq + 1
@@ -386,6 +387,9 @@ class LiveRun:
     def publish(self, recorded: RecordedEvent, *, persist: bool = True) -> None:
         entry = _compact(recorded)
         self.events.append(entry)
+        if self.on_output is not None:  # the run's first event after its start
+            hook, self.on_output = self.on_output, None
+            hook()
         if persist:
             self._pending.append(entry)
             if self._flush_handle is None and not recorded.data.durable:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -127,6 +128,9 @@ class InProcessExecutor:
     def __init__(self) -> None:
         self.live: dict[str, LiveRun] = {}
         self._keeper: tuple[asyncio.AbstractEventLoop, asyncio.Task] | None = None
+        # Runs submitted that have not yet published anything after agent.start (their model's
+        # first output): while any is, deferred start rows wait (see submit).
+        self._starting: set[str] = set()
 
     # --- the interface -----------------------------------------------------------------------
     def submit(self, launch: RunLaunch) -> None:
@@ -138,11 +142,22 @@ class InProcessExecutor:
         # executor, which dies with the request).
         live.task = asyncio.create_task(self._execute(launch, live), name=f"run-{launch.run_id}",
                                         context=contextvars.Context())
-        if launch.record is not None:  # after the provider call's start; at once if someone waits
-            written = WRITER.write_later(float(settings.RUN_RECORD_DELAY), record_run, launch.record, merge=record_runs)
+        run_id = launch.run_id
+        self._starting.add(run_id)
+        live.on_output = functools.partial(self._starting.discard, run_id)
+        live.task.add_done_callback(lambda _task: self._starting.discard(run_id))
+        if launch.record is not None:
+            # After the provider call's start, and while other runs of a burst are still waiting
+            # for their first output, after those too (up to RUN_RECORD_MAX_DELAY): the writer
+            # thread takes the GIL. At once if someone waits for the rows.
+            written = WRITER.write_later(float(settings.RUN_RECORD_DELAY), record_run, launch.record, merge=record_runs,
+                                         busy=self._bursting, latest=float(settings.RUN_RECORD_MAX_DELAY))
             hold_reads_until((launch.run_id, launch.conversation_id), written)
             live.await_record(written)
         self._ensure_keeper()
+
+    def _bursting(self) -> bool:
+        return bool(self._starting)
 
     async def cancel(self, run_id: str) -> bool:
         live = self.live.get(str(run_id))

@@ -82,7 +82,8 @@ class GroupCommitWriter:
         return job.future
 
     def write_later(self, delay: float, func: Callable[..., Any], *args: Any,
-                    merge: Callable[[list[tuple]], Any] | None = None) -> "DeferredWrite":
+                    merge: Callable[[list[tuple]], Any] | None = None,
+                    busy: Callable[[], bool] | None = None, latest: float = 0.0) -> "DeferredWrite":
         """:meth:`write`, handed to the thread ``delay`` seconds from now — or, with 0, after the
         callbacks already scheduled on the loop — unless :meth:`DeferredWrite.now` comes first.
 
@@ -90,9 +91,14 @@ class GroupCommitWriter:
         delayed the run's own provider request (traced: ~2 ms) and then the reading of its first
         response (~0.6 ms at one stream; under fifty starts at once, ~14% on the median first
         delta). Whoever needs the rows written calls ``now()``.
+
+        With ``busy``, the write waits on past ``delay`` while ``busy()`` is true, checked every
+        :data:`BUSY_RECHECK` seconds, but never past ``latest`` seconds: a burst of new runs is
+        recorded after their first outputs, not among them.
         """
         loop = asyncio.get_running_loop()
-        return DeferredWrite(self, _Job(func, args, merge, loop, loop.create_future()), loop, delay)
+        return DeferredWrite(self, _Job(func, args, merge, loop, loop.create_future()), loop, delay,
+                             busy=busy, latest=latest)
 
     def write_sync(self, func: Callable[..., Any], *args: Any) -> Any:
         """For a caller on a thread (not the event loop): queue the job and wait for its commit."""
@@ -188,14 +194,30 @@ class GroupCommitWriter:
         _resolve(batch)
 
 
+# How often a deferred write waiting for a quiet moment (``busy``) looks again.
+BUSY_RECHECK = 0.025
+
+
 class DeferredWrite:
     """A write waiting to be handed to the writer thread (see :meth:`GroupCommitWriter.write_later`)."""
 
-    def __init__(self, writer: GroupCommitWriter, job: _Job, loop: asyncio.AbstractEventLoop, delay: float):
+    def __init__(self, writer: GroupCommitWriter, job: _Job, loop: asyncio.AbstractEventLoop, delay: float, *,
+                 busy: Callable[[], bool] | None = None, latest: float = 0.0):
         self.future: asyncio.Future = job.future
         self._writer, self._job, self._loop = writer, job, loop
-        self._handle: asyncio.Handle | None = (loop.call_later(delay, self.now) if delay > 0
-                                               else loop.call_soon(self.now))
+        self._busy = busy
+        self._latest = loop.time() + max(delay, latest)
+        self._handle: asyncio.Handle | None = (loop.call_later(delay, self._due) if delay > 0
+                                               else loop.call_soon(self._due))
+
+    def _due(self) -> None:
+        if self._handle is None:
+            return
+        wait = self._latest - self._loop.time()
+        if self._busy is not None and wait > 0 and self._busy():
+            self._handle = self._loop.call_later(min(BUSY_RECHECK, wait), self._due)
+            return
+        self.now()
 
     def now(self) -> None:
         """Hand the write to the thread at once, if it is still waiting (on the loop's thread)."""

@@ -202,7 +202,7 @@ async def run_start(**kwargs: Any) -> RunCreated:
 
 T = TypeVar("T")
 
-# How much longer than RUN_RECORD_DELAY a run announced by another process may take to be read.
+# How much longer than RUN_RECORD_(MAX_)DELAY a run announced by another process may take to be read.
 ANNOUNCED_GRACE = 0.5
 
 
@@ -213,7 +213,8 @@ async def run_read(read: Callable[[], Awaitable[T]], *, run_id: str) -> T:
     committed: they are written ``RUN_RECORD_DELAY`` later, or at once when something needs them.
     A run started in this process is waited for (its rows are written at once). One started in
     another process cannot be asked: a ``run_not_found`` is read again, after growing pauses,
-    until ``RUN_RECORD_DELAY`` + 0.5 s have passed, and only then is the answer. So an unknown
+    until the longer of ``RUN_RECORD_DELAY`` and ``RUN_RECORD_MAX_DELAY`` + 0.5 s have passed,
+    and only then is the answer. So an unknown
     (or another user's) run id is answered that much later, alike; a malformed one at once.
     """
     await get_executor().wait_recorded(run_id)
@@ -222,7 +223,7 @@ async def run_read(read: Callable[[], Awaitable[T]], *, run_id: str) -> T:
     except ValueError:
         return await read()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + float(settings.RUN_RECORD_DELAY) + ANNOUNCED_GRACE
+    deadline = loop.time() + max(float(settings.RUN_RECORD_DELAY), float(settings.RUN_RECORD_MAX_DELAY)) + ANNOUNCED_GRACE
     pause = 0.01
     while True:
         try:

@@ -262,12 +262,21 @@ RUN_LEASE_SECONDS = env_float("RUN_LEASE_SECONDS", 30.0)
 # services.run_read). 0: right after the run task's first step. 50 ms measured better than 20 at
 # ten streams at once (the write then comes after their first deltas, not among them).
 RUN_RECORD_DELAY = env_float("RUN_RECORD_DELAY", 0.05)
+# ... and while other runs of this process are still waiting for their model's first output (a
+# burst of starts), later still, up to this many seconds after the run started: the burst's rows
+# are then written after its first outputs, not among them.
+RUN_RECORD_MAX_DELAY = env_float("RUN_RECORD_MAX_DELAY", 0.25)
 # The cyclic garbage collector's thresholds in `manage.py serve` (generation 0, 1, 2; "default":
 # CPython's 700,10,10). Each stream leaves few cycles but allocates many short-lived containers;
 # at CPython's defaults the collector ran ~1,500 young and a dozen full collections (40-100 ms
 # each) per 1,200 benchmark streams. 5000,20,100 halved its time and removed the full pauses
 # (bench/RESULTS.md); memory still in cycles is reclaimed, only in larger, rarer sweeps.
 GC_THRESHOLDS = env("GC_THRESHOLDS", "5000,20,100")
+# A stream that starts a run (the HTTP dialects) sends its response head and opening frames with
+# the run's first output (the model's first event), or after this many seconds if the model is
+# slower: the provider request goes out first and the head, the opening frames and the first
+# text leave in one write, as a bare relay has it. 0: the head and opening frames go at once.
+STREAM_OPENING_HOLD = env_float("STREAM_OPENING_HOLD", 0.25)
 # Recorded events are written in batches: at most this long after they were streamed.
 RUN_EVENT_FLUSH_INTERVAL = env_float("RUN_EVENT_FLUSH_INTERVAL", 0.25)
 

@@ -128,7 +128,7 @@ class AsyncApiView(APIView):
 
     # --- streaming ---------------------------------------------------------------------------
     def stream(self, dialect_cls: type[Dialect], *, run_id: str, conversation_id: str, user: Any = None,
-               after_seq: int = 0, **options: Any) -> StreamingHttpResponse:
+               after_seq: int = 0, hold: float = 0.0, **options: Any) -> StreamingHttpResponse:
         """A run's events (after ``after_seq``) as ``dialect_cls`` frames, until the run ends."""
         dialect = dialect_cls(run_id=run_id, conversation_id=conversation_id, after_seq=after_seq, **options)
         subscription = get_executor().subscribe(run_id, after_seq=after_seq)
@@ -139,7 +139,7 @@ class AsyncApiView(APIView):
                 await _cancel_quietly(user=user, run_id=run_id)
 
         frames = stream_run(dialect, subscription, ping_interval=float(settings.SSE_PING_INTERVAL),
-                            on_abandon=on_abandon)
+                            on_abandon=on_abandon, hold=hold)
 
         async def body():
             release_request_thread()  # the middleware is done with the response by now
@@ -158,13 +158,16 @@ class AsyncApiView(APIView):
         """Hand a created run to the executor and stream it: every run-starting endpoint ends here.
 
         The run's task goes first (one turn of the loop): it builds and sends the provider
-        request before this request's headers and opening frames are written, so the provider
-        is already thinking while they go out, as a bare relay would have it.
+        request before this request's response is set up. The response head and opening frames
+        then wait for the run's first output, up to ``STREAM_OPENING_HOLD`` seconds, and leave
+        with it in one write, as a bare relay has it: under many concurrent starts, no stream's
+        opening frames are written ahead of another stream's provider request.
         """
         get_executor().submit(created.launch)
         await asyncio.sleep(0)
         return self.stream(dialect_cls, run_id=str(created.run.id), conversation_id=str(created.conversation.id),
-                           conversation_created=created.conversation_created, user=user, **options)
+                           conversation_created=created.conversation_created, user=user,
+                           hold=float(settings.STREAM_OPENING_HOLD), **options)
 
     # --- errors ------------------------------------------------------------------------------
     def _error_response(self, exc: Exception) -> HttpResponse:

@@ -133,13 +133,16 @@ def coalesce(batch: list[RecordedEvent]) -> list[RecordedEvent]:
 
 
 async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: float,
-                     on_abandon: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[list[Frame]]:
+                     on_abandon: Callable[[], Awaitable[None]] | None = None,
+                     hold: float = 0.0) -> AsyncIterator[list[Frame]]:
     """A run's frames in ``dialect``, one list per batch of events, until the run ends.
 
     Pings are periodic (every ``ping_interval`` seconds while the stream is open, whether or not
     events flowed). ``subscription`` starts after the dialect's ``after_seq``. If the reader goes
     away before the end (the generator is closed or cancelled), ``on_abandon`` runs detached,
-    e.g. to cancel the run for a dialect with ``cancel_on_disconnect``.
+    e.g. to cancel the run for a dialect with ``cancel_on_disconnect``. With ``hold`` (seconds),
+    the opening frames and the first batch (a new run's ``agent.start``) are kept back until a
+    later event arrives, the run ends or ``hold`` runs out, then yielded as one list (one write).
     """
     loop = asyncio.get_running_loop()
     ended = False
@@ -150,13 +153,18 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
         # committed (the group-commit writer lands them beside the provider call): what a client
         # does next with the run's id in this process waits for them (executor.wait_recorded);
         # every database write of the run itself comes after them.
+        held: list[Frame] | None = None  # with ``hold``: the frames kept back until the run's first output
+        hold_until = loop.time() + hold
         opening = dialect.opening()
-        if opening:
+        if hold > 0:
+            held = list(opening)
+        elif opening:
             yield opening
+        first_seq: int | None = None
         next_ping = loop.time() + ping_interval
         while not dialect.finished:
             try:
-                batch = await subscription.next(next_ping)
+                batch = await subscription.next(next_ping if held is None else min(next_ping, hold_until))
             except TimeoutError:
                 batch = []
             if batch is None:
@@ -170,8 +178,18 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
                 dialect.last_seq = event.seq
                 if dialect.finished:
                     break
+            if held is not None:
+                if first_seq is None and batch:
+                    first_seq = batch[0].seq
+                held.extend(frames)
+                if not (dialect.finished or loop.time() >= hold_until
+                        or any(event.seq != first_seq for event in batch)):
+                    continue
+                frames, held = held, None
             if frames:
                 yield frames
+        if held:
+            yield held
         ended = True
         closing = dialect.closing()
         if closing:

@@ -1,6 +1,7 @@
 """The two dialect mappings on a recorded event sequence: exact frames, exact UI chunks."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -157,3 +158,73 @@ def test_parse_chat_request_rejects_malformed_approval(approval):
         {"type": "dynamic-tool", "toolName": "x", "toolCallId": "t", "state": "approval-responded", "approval": approval}]}]}
     with pytest.raises(InvalidInput):
         vercel_ai.parse_chat_request(body)
+
+
+class _TimedSubscription:
+    """Batches that become readable at given loop times (seconds after the first ``next``)."""
+
+    def __init__(self, timed_batches):
+        self.timed = list(timed_batches)
+        self.t0 = None
+
+    async def next(self, deadline=None):
+        loop = asyncio.get_running_loop()
+        self.t0 = self.t0 if self.t0 is not None else loop.time()
+        if not self.timed:
+            return None
+        at, batch = self.timed[0]
+        ready = self.t0 + at
+        if deadline is not None and deadline < ready:
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            raise TimeoutError
+        await asyncio.sleep(max(0.0, ready - loop.time()))
+        self.timed.pop(0)
+        return batch
+
+    async def close(self):
+        return None
+
+
+async def _yields(subscription, *, hold, **options):
+    """Each list stream_run yields, with the loop time (since start) it was yielded at."""
+    from chat_app.transports import stream_run
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    dialect = AgentChatDialect(run_id=RUN, conversation_id=CONV, **options)
+    return [(loop.time() - start, frames)
+            async for frames in stream_run(dialect, subscription, ping_interval=60, hold=hold)]
+
+
+async def test_a_held_stream_opens_with_its_first_output_in_one_write():
+    """With ``hold``, the opening frames and agent.start wait for the run's next event and go out
+    with it (a relay's order: the provider request first, then the response head and text)."""
+    events = _recorded()
+    timed = [(0.0, [events[0]]), (0.05, [events[1]]), (0.06, [events[2]])] + [(0.06, [e]) for e in events[3:]]
+    held = await _yields(_TimedSubscription(timed), hold=5, conversation_created=True)
+    plain = await _yields(_TimedSubscription(timed), hold=0, conversation_created=True)
+    assert [f for _, frames in held for f in frames] == [f for _, frames in plain for f in frames]
+    first_at, first = held[0]
+    assert first_at >= 0.05  # nothing before the first output
+    names = [json.loads(f.split("data: ", 1)[1])["event"] for f in first]
+    assert names == ["conversation.created", "agent.start", "agent.delta"]
+    assert plain[0][0] < 0.05 and len(plain[0][1]) == 1  # without it the opening goes out at once
+
+
+async def test_a_held_stream_opens_after_the_hold_when_the_run_is_silent():
+    """A model slow to start: the head and opening frames go out when the hold runs out."""
+    events = _recorded()
+    timed = [(0.0, [events[0]]), (1.0, [events[1]])] + [(1.0, [e]) for e in events[2:]]
+    held = await _yields(_TimedSubscription(timed), hold=0.1)
+    first_at, first = held[0]
+    assert 0.1 <= first_at < 0.9
+    assert [json.loads(f.split("data: ", 1)[1])["event"] for f in first] == ["agent.start"]
+    assert held[1][0] >= 1.0  # the rest as it comes
+
+
+async def test_a_held_stream_of_a_run_that_ends_at_once_still_sends_everything():
+    events = [RecordedEvent.from_payload(RUN, 1, *RECORDED[0]),
+              RecordedEvent.from_payload(RUN, 2, "agent.end", {"status": "failed", "error": "no", "errorCode": "internal_error"})]
+    held = await _yields(_TimedSubscription([(0.0, events)]), hold=5)
+    assert len(held) == 1 and held[0][0] < 1
+    assert [json.loads(f.split("data: ", 1)[1])["event"] for f in held[0][1]] == ["agent.start", "agent.end"]

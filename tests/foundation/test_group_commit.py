@@ -365,3 +365,71 @@ async def test_an_unknown_run_is_not_found_after_a_few_reads_and_a_malformed_id_
             await asyncio.wait_for(services.run_read(read, run_id=run_id), 10)
         assert caught.value.code == "run_not_found"
         assert len(attempts) in expected_reads
+
+
+async def test_a_deferred_write_waits_while_busy_and_lands_when_quiet():
+    from chat_app.group_commit import BUSY_RECHECK, WRITER
+
+    busy = [True]
+    written = []
+    deferred = WRITER.write_later(0.01, lambda: written.append("rows"), busy=lambda: busy[0], latest=30)
+    await asyncio.sleep(0.01 + 4 * BUSY_RECHECK)
+    assert not written and not deferred.future.done()  # past its delay, but the loop is busy
+    busy[0] = False
+    await asyncio.wait_for(deferred.future, 10)
+    assert written == ["rows"]
+
+
+async def test_a_deferred_write_waits_no_longer_than_its_latest():
+    from chat_app.group_commit import WRITER
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    deferred = WRITER.write_later(0.01, lambda: loop.time(), busy=lambda: True, latest=0.2)
+    await asyncio.wait_for(deferred.future, 10)
+    assert loop.time() - start >= 0.2
+
+
+async def test_start_rows_wait_while_another_run_waits_for_its_first_output(user, settings):
+    """A burst: the rows of a run that has answered wait while another run of the process still
+    waits for its model's first output — until RUN_RECORD_MAX_DELAY at most."""
+    from chat_app.models import Run
+
+    settings.RUN_RECORD_DELAY = 0.01
+    settings.RUN_RECORD_MAX_DELAY = 60  # far longer than this test may take
+    slow = await _deferred_start(user, "/sleep 30")  # no output for 30 s: "starting" all along
+    quick = await _deferred_start(user, "/sleep 30")
+    await asyncio.sleep(0.3)  # far past RUN_RECORD_DELAY
+    assert not await Run.objects.filter(id__in=[slow.run.id, quick.run.id]).aexists()
+    settings.RUN_RECORD_MAX_DELAY = 0.05  # (read when a run is submitted) a third run, bounded sooner
+    bounded = await _deferred_start(user, "/sleep 30")
+
+    async def landed() -> None:
+        while not await Run.objects.filter(id=bounded.run.id).aexists():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(landed(), 10)  # its own limit, though the others still wait for output
+    for created in (slow, quick, bounded):
+        await asyncio.wait_for(services.run_cancel(user=user, run_id=str(created.run.id)), 15)
+
+
+async def test_start_rows_land_once_every_run_has_answered(user, settings):
+    from chat_app.models import Run
+
+    settings.RUN_RECORD_DELAY = 0.01
+    settings.RUN_RECORD_MAX_DELAY = 60
+    settings.RUN_EVENT_FLUSH_INTERVAL = 60  # (an event batch would have the rows written at once)
+    slow = await _deferred_start(user, "/sleep 0.3")  # its first output comes after 0.3 s
+    quick = await _deferred_start(user, "/drip 100 0.05\nstill talking")  # answers at once, for 5 s
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
+    async def landed() -> None:
+        while not await Run.objects.filter(id=quick.run.id).aexists():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(landed(), 10)
+    assert loop.time() - start >= 0.25  # not before the slow run's first output
+    events = await asyncio.wait_for(_all_events(str(slow.run.id)), 15)
+    assert events[-1].payload["status"] == "succeeded"
+    await asyncio.wait_for(services.run_cancel(user=user, run_id=str(quick.run.id)), 15)
