@@ -152,7 +152,8 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
         # The frames go out as the events come, without waiting for the run's start rows to be
         # committed (the group-commit writer lands them beside the provider call): what a client
         # does next with the run's id in this process waits for them (executor.wait_recorded);
-        # every database write of the run itself comes after them.
+        # every database write of the run itself comes after them. With ``hold``, the opening
+        # frames and the first batch wait for the next one (see the docstring).
         held: list[Frame] | None = None  # with ``hold``: the frames kept back until the run's first output
         hold_until = loop.time() + hold
         opening = dialect.opening()
