@@ -184,7 +184,7 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
                     first_seq = batch[0].seq
                 held.extend(frames)
                 if not (dialect.finished or loop.time() >= hold_until
-                        or any(event.seq != first_seq for event in batch)):
+                        or (first_seq is not None and dialect.last_seq != first_seq)):
                     continue
                 frames, held = held, None
             if frames:

@@ -1,4 +1,5 @@
 """``manage.py serve``: migrate, load the default agents, ensure workspaces, run daphne."""
+import gc
 import os
 import sys
 
@@ -38,8 +39,6 @@ class Command(BaseCommand):
         connections.close_all()
         _freeze_startup_heap()
         if thresholds is not None:
-            import gc
-
             gc.set_threshold(*thresholds)
         from daphne.cli import CommandLineInterface
 
@@ -57,7 +56,6 @@ def _freeze_startup_heap() -> None:
     collector ran). ``gc.freeze`` (CPython's advice for forking and long-running servers) keeps
     them out of collections; objects made later are collected as usual.
     """
-    import gc
     import importlib
 
     if os.environ.get("ORCH_GC_FREEZE", "1") == "0":
