@@ -28,6 +28,7 @@ from django.db import connection, connections, transaction
 
 from core.doorbell import RunDoorbell, ring
 from core.events import RecordedEvent, RunEventBase, TextDelta
+from core.scheduling import wake_first
 
 from .group_commit import WRITER
 from .models import Run, RunEvent
@@ -366,9 +367,7 @@ class LiveRun:
             self.record_error = error
             logger.error("recording run %s failed; ending it", self.run_id, exc_info=error)
             self.request_cancel()
-        if self._waiter is not None:
-            self._waiter.set()
-            self._waiter = None
+        self._wake()
 
     async def wait_recorded(self) -> bool:
         """Until the run's rows are committed; False when that failed (the run exists nowhere)."""
@@ -395,9 +394,7 @@ class LiveRun:
             if self._flush_handle is None and not recorded.data.durable:
                 loop = asyncio.get_running_loop()
                 self._flush_handle = loop.call_later(float(settings.RUN_EVENT_FLUSH_INTERVAL), self._flush_soon)
-        if self._waiter is not None:
-            self._waiter.set()
-            self._waiter = None
+        self._wake()
 
     async def record(self, data: RunEventBase) -> RecordedEvent:
         """Publish an event now; a state change is also on disk before this returns."""
@@ -458,9 +455,7 @@ class LiveRun:
                 self.publish(item, persist=False)
             await ring(self.run_id, "events")
         self.done = True
-        if self._waiter is not None:
-            self._waiter.set()
-            self._waiter = None
+        self._wake()
         return ok
 
     def retire(self) -> None:
@@ -480,9 +475,7 @@ class LiveRun:
 
     def finish_unrecorded(self) -> None:
         self.done = True
-        if self._waiter is not None:
-            self._waiter.set()
-            self._waiter = None
+        self._wake()
 
     def request_cancel(self) -> None:
         """Cancel the run's task, once: a second cancel (the keeper, a ring and the caller can all
@@ -491,6 +484,14 @@ class LiveRun:
         if self.cancellable and not self._task_cancelled and self.task is not None and not self.task.done():
             self._task_cancelled = True
             self.task.cancel()
+
+    def _wake(self) -> None:
+        """Wake the readers waiting for a change; they run next, ahead of other ready work
+        (:func:`core.scheduling.wake_first`): a stream writes what its run published in the
+        same pass of the loop."""
+        if self._waiter is not None:
+            waiter, self._waiter = self._waiter, None
+            wake_first(waiter)
 
     # --- consuming ---------------------------------------------------------------------------
     async def wait_changed(self) -> None:

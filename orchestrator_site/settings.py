@@ -247,6 +247,8 @@ SSE_PING_INTERVAL = env_float("SSE_PING_INTERVAL", 15.0)
 # Token-authenticated requests to the streaming views skip Django's middleware path when it has
 # nothing to do for them (orchestrator_site/stream_lane.py); 0 sends every request through it.
 STREAM_LANE = env_bool("STREAM_LANE", True)
+# A run's readers run ahead of other ready work on the event loop (core/scheduling.py).
+LOOP_OUTPUT_FIRST = env_bool("LOOP_OUTPUT_FIRST", True)
 RUN_TIMEOUT = env_float("RUN_TIMEOUT", 600.0)
 CONFIRMATION_TIMEOUT = env_float("CONFIRMATION_TIMEOUT", 300.0)
 # How often a waiting run re-reads its confirmation row in case a doorbell was lost.
