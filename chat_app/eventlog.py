@@ -348,6 +348,7 @@ class LiveRun:
         self._record_now: Callable[[], None] = _noop
         self.record_error: BaseException | None = None
         self.on_output: Callable[[], None] | None = None  # called once, at the first publish
+        self.has_output = False  # anything published after the first event (see wait_output)
         if first is not None:
             self.events.append(first)  # recorded with the run itself
             self._next_seq = first.seq + 1
@@ -386,9 +387,11 @@ class LiveRun:
     def publish(self, recorded: RecordedEvent, *, persist: bool = True) -> None:
         entry = _compact(recorded)
         self.events.append(entry)
-        if self.on_output is not None:  # the run's first event after its start
-            hook, self.on_output = self.on_output, None
-            hook()
+        if not self.has_output:  # the run's first event after its start
+            self.has_output = True
+            if self.on_output is not None:
+                hook, self.on_output = self.on_output, None
+                hook()
         if persist:
             self._pending.append(entry)
             if self._flush_handle is None and not recorded.data.durable:
@@ -494,6 +497,11 @@ class LiveRun:
             wake_first(waiter)
 
     # --- consuming ---------------------------------------------------------------------------
+    async def wait_output(self) -> None:
+        """Until the run publishes anything after its first event (``agent.start``), or ends."""
+        while not (self.has_output or self.done):
+            await self.wait_changed()
+
     async def wait_changed(self) -> None:
         if self._waiter is None:
             self._waiter = asyncio.Event()

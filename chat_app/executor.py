@@ -113,6 +113,11 @@ class RunExecutor(Protocol):
 
     def subscribe(self, run_id: str, *, after_seq: int = 0) -> Subscription: ...
 
+    async def wait_output(self, run_id: str, *, timeout: float) -> None:
+        """Until a run submitted here publishes its first output after ``agent.start`` or ends,
+        at most ``timeout`` seconds (at once for any other id)."""
+        ...
+
     async def wait_recorded(self, run_id: str) -> None:
         """Until a run submitted here has its rows in the database (at once for any other id).
 
@@ -172,6 +177,15 @@ class InProcessExecutor:
         if live is not None:
             return LiveSubscription(live, after_seq)
         return StoredSubscription(str(run_id), after_seq, find_live=self.live.get)
+
+    async def wait_output(self, run_id: str, *, timeout: float) -> None:
+        live = self.live.get(str(run_id))
+        if live is not None and timeout > 0:
+            try:
+                async with asyncio.timeout(timeout):
+                    await live.wait_output()
+            except TimeoutError:
+                pass
 
     async def wait_recorded(self, run_id: str) -> None:
         live = self.live.get(str(run_id))

@@ -15,6 +15,7 @@ through :func:`chat_app.transports.stream_run` (pings, resume, coalescing, disco
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from contextlib import aclosing
 from types import SimpleNamespace
@@ -33,7 +34,7 @@ from rest_framework.views import APIView
 from chat_app import services
 from chat_app.eventlog import in_thread
 from chat_app.executor import get_executor
-from chat_app.transports import Dialect, stream_run
+from chat_app.transports import Dialect, detach, stream_run
 from core.errors import ApplicationError
 from orchestrator_site.errors import exception_handler
 
@@ -132,12 +133,7 @@ class AsyncApiView(APIView):
         """A run's events (after ``after_seq``) as ``dialect_cls`` frames, until the run ends."""
         dialect = dialect_cls(run_id=run_id, conversation_id=conversation_id, after_seq=after_seq, **options)
         subscription = get_executor().subscribe(run_id, after_seq=after_seq)
-        on_abandon = None
-        if dialect.cancel_on_disconnect:
-            async def on_abandon() -> None:
-                await subscription.ready()  # a run whose commit is still landing is cancelled too
-                await _cancel_quietly(user=user, run_id=run_id)
-
+        on_abandon = functools.partial(_cancel_abandoned, user=user, run_id=run_id) if dialect.cancel_on_disconnect else None
         frames = stream_run(dialect, subscription, ping_interval=float(settings.SSE_PING_INTERVAL),
                             on_abandon=on_abandon, hold=hold)
 
@@ -157,17 +153,34 @@ class AsyncApiView(APIView):
                            **options: Any) -> StreamingHttpResponse:
         """Hand a created run to the executor and stream it: every run-starting endpoint ends here.
 
-        The run's task goes first (one turn of the loop): it builds and sends the provider
-        request before this request's response is set up. The response head and opening frames
-        then wait for the run's first output, up to ``STREAM_OPENING_HOLD`` seconds, and leave
-        with it in one write, as a bare relay has it: under many concurrent starts, no stream's
-        opening frames are written ahead of another stream's provider request.
+        The run's task goes first: it builds and sends the provider request. The response — its
+        head, the opening frames — is set up only when the run has its first output (or ended),
+        up to ``STREAM_OPENING_HOLD`` seconds, and leaves with that output in one write, as a
+        bare relay has it: under many concurrent starts no stream's set-up stands ahead of
+        another stream's provider request, and the woken request runs right after the run's
+        step that published (``core.scheduling``). A client that leaves meanwhile cancels the
+        run when its dialect says so, as it would mid-stream.
         """
-        get_executor().submit(created.launch)
-        await asyncio.sleep(0)
-        return self.stream(dialect_cls, run_id=str(created.run.id), conversation_id=str(created.conversation.id),
+        executor = get_executor()
+        executor.submit(created.launch)
+        run_id = str(created.run.id)
+        loop = asyncio.get_running_loop()
+        hold = float(settings.STREAM_OPENING_HOLD)
+        hold_until = loop.time() + hold
+        try:
+            if hold > 0:
+                await executor.wait_output(run_id, timeout=hold)
+            else:
+                await asyncio.sleep(0)  # the run's task still goes first
+        except asyncio.CancelledError:
+            if dialect_cls.cancel_on_disconnect:
+                detach(_cancel_abandoned(user=user, run_id=run_id))
+            raise
+        # With what remains of the hold, the opening frames and the first batch (here by now,
+        # unless the hold ran out) leave as one write.
+        return self.stream(dialect_cls, run_id=run_id, conversation_id=str(created.conversation.id),
                            conversation_created=created.conversation_created, user=user,
-                           hold=float(settings.STREAM_OPENING_HOLD), **options)
+                           hold=max(0.0, hold_until - loop.time()), **options)
 
     # --- errors ------------------------------------------------------------------------------
     def _error_response(self, exc: Exception) -> HttpResponse:
@@ -204,6 +217,12 @@ def release_request_thread() -> None:
     executor = SyncToAsync.context_to_thread_executor.pop(context, None)
     if executor is not None:
         executor.shutdown(wait=False)
+
+
+async def _cancel_abandoned(*, user: Any, run_id: str) -> None:
+    """A client of a ``cancel_on_disconnect`` dialect left before the end: cancel its run."""
+    await get_executor().wait_recorded(run_id)  # a run whose commit is still landing is cancelled too
+    await _cancel_quietly(user=user, run_id=run_id)
 
 
 async def _cancel_quietly(*, user: Any, run_id: str) -> None:

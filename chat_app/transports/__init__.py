@@ -9,6 +9,6 @@
 
 ``base.stream_run`` drives any of them over a run; the HTTP views are in ``chat_app/api``.
 """
-from .base import Dialect, dialect_names, get_dialect, stream_run
+from .base import Dialect, detach, dialect_names, get_dialect, stream_run
 
-__all__ = ["Dialect", "dialect_names", "get_dialect", "stream_run"]
+__all__ = ["Dialect", "detach", "dialect_names", "get_dialect", "stream_run"]

@@ -197,14 +197,14 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
             yield closing
     finally:
         if not ended and on_abandon is not None:
-            _detach(on_abandon())
+            detach(on_abandon())
         await _close_quietly(subscription)
 
 
 _DETACHED: set[asyncio.Task] = set()
 
 
-def _detach(coroutine: Awaitable[None]) -> None:
+def detach(coroutine: Awaitable[None]) -> None:
     """Run a clean-up in its own task, so a cancelled stream cannot cut it short."""
     task = asyncio.ensure_future(coroutine)
     _DETACHED.add(task)

@@ -117,3 +117,22 @@ def test_copy_text_is_what_psycopg_writes_for_the_rows(text):
     for e in events:
         formatter.write_row(("run-key", e.seq, e.event, _aware_time(e.ts), e.payload_json))
     assert _copy_text("run-key", [_compact(events[0]), *events[1:]]).encode() == bytes(formatter.end())
+
+
+async def test_wait_output_returns_at_the_first_event_after_the_start_or_at_the_end():
+    import asyncio
+
+    live = LiveRun("run-w", first=RecordedEvent("run-w", 1, Thought(text="start")))
+    waiting = asyncio.ensure_future(live.wait_output())
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # agent.start alone is no output
+    live.publish(live.make(TextDelta(text="a", agent="")), persist=False)
+    await asyncio.wait_for(waiting, 5)
+    await asyncio.wait_for(live.wait_output(), 5)  # and at once afterwards
+
+    silent = LiveRun("run-s", first=RecordedEvent("run-s", 1, Thought(text="start")))
+    waiting = asyncio.ensure_future(silent.wait_output())
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    silent.finish_unrecorded()  # a run that ends without output ends the wait too
+    await asyncio.wait_for(waiting, 5)

@@ -129,6 +129,41 @@ async def test_client_disconnect_saves_no_partial_response(user, token, caplog):
     assert events[-1].event == "done"
 
 
+async def test_client_disconnect_before_the_first_output_cancels_the_run(user, token, settings):
+    # The response is set up at the run's first output: a client gone before that still cancels.
+    settings.STREAM_OPENING_HOLD = 30.0  # the run stays silent; the response stays unset meanwhile
+    from asgiref.testing import ApplicationCommunicator
+
+    from chat_app.executor import get_executor
+    from orchestrator_site.asgi import application
+
+    conversation = await _conversation(user)
+    before = set(get_executor().live)
+    path = stream_path(str(conversation.id))
+    payload = b'{"content": "/sleep 30\\nslow answer"}'
+    communicator = ApplicationCommunicator(application, {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80), "headers": [
+            (b"host", b"testserver"), (b"content-type", b"application/json"), (b"accept", b"text/event-stream"),
+            (b"content-length", str(len(payload)).encode()), (b"authorization", f"Token {token}".encode())]})
+    await communicator.send_input({"type": "http.request", "body": payload, "more_body": False})
+
+    async def started():
+        return set(get_executor().live) - before
+
+    run_id = (await wait_for(started, timeout=10)).pop()
+    assert communicator.output_queue.empty()  # nothing of the response yet: the run has no output
+    await communicator.send_input({"type": "http.disconnect"})
+
+    async def cancelled():
+        return await Run.objects.filter(id=run_id, status=Run.Status.CANCELLED).aexists()
+
+    await wait_for(cancelled, timeout=10)
+    await communicator.wait(timeout=10)
+    assert not await Message.objects.filter(conversation=conversation, role="assistant").aexists()
+
+
 async def test_client_disconnect_after_done_cancels_nothing(user, token):
     conversation = await _conversation(user)
     stream = await open_stream(stream_path(str(conversation.id)), token=token, body={"content": "quick"})
