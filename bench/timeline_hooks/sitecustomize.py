@@ -14,6 +14,9 @@ imported (so the twisted reactor is installed first, as daphne needs):
   the request headers, and having read the response headers (both servers use the same SDK);
   ``provider body sent``: httpcore has written the request body (the upstream can answer; with
   the project's one-write transport the whole request leaves with the read that follows at once).
+
+With ``TIMELINE_STEPS`` set, SIGUSR1 also starts recording every callback the event loop runs
+(``round_timeline.py --steps``). SIGUSR2 writes ``{"marks": [...], "steps": [...]}``.
 """
 import os
 
@@ -26,6 +29,7 @@ if os.environ.get("TIMELINE_FILE"):
     import time
 
     _MARKS: list = []
+    _STEPS: list = []
     _now = time.perf_counter
 
     def _mark(phase: str) -> None:
@@ -33,9 +37,45 @@ if os.environ.get("TIMELINE_FILE"):
 
     def _dump(*_) -> None:
         with open(os.environ["TIMELINE_FILE"], "w") as out:
-            json.dump(_MARKS, out)
+            json.dump({"marks": _MARKS, "steps": _STEPS}, out)
 
     signal.signal(signal.SIGUSR2, _dump)
+
+    if os.environ.get("TIMELINE_STEPS"):
+        # Every callback the event loop runs, once SIGUSR1 turned recording on: its start time
+        # and what it is (a task's step named by the innermost frames it resumes in, else the
+        # callback's name). A step lasts until the next one starts (GC, other threads holding
+        # the GIL and select() land in the step before them).
+        import asyncio.events
+
+        _recording = [False]
+
+        def _record(*_) -> None:
+            _recording[0] = True
+
+        signal.signal(signal.SIGUSR1, _record)
+
+        def _step_name(handle) -> str:
+            callback = getattr(handle, "_callback", None)
+            owner = getattr(callback, "__self__", None)
+            if owner is not None and hasattr(owner, "get_coro"):
+                frames, coro = [], owner.get_coro()
+                while coro is not None:
+                    frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
+                    if frame is not None:
+                        frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+                    coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+                return "task[" + ">".join(frames[-4:]) + "]"
+            return getattr(callback, "__qualname__", None) or repr(callback)[:80]
+
+        _handle_run = asyncio.events.Handle._run
+
+        def _traced_run(self):
+            if _recording[0]:
+                _STEPS.append((_now(), _step_name(self)))
+            return _handle_run(self)
+
+        asyncio.events.Handle._run = _traced_run
 
     def _patch() -> None:
         import daphne.http_protocol as protocol
