@@ -13,6 +13,7 @@
     run: null,            // the run this page is streaming, see newRun()
     editing: false,
     query: "",
+    renaming: null,       // the title input of a conversation being renamed, see startRename()
   };
 
   // --- Markdown, safely ------------------------------------------------------------------------
@@ -413,10 +414,16 @@
   }
 
   let searchTimer = null;
+  let refreshes = 0;
   async function refreshConversations() {
+    const mine = ++refreshes;
     let list;
     try { list = await api("GET", `/v1/conversations${S.query ? `?q=${encodeURIComponent(S.query)}` : ""}`); }
     catch (e) { announce(e.message); return; }
+    if (mine !== refreshes) return;  // a later refresh (a newer search, a rename) draws the list
+    // A title being edited stays: the rename refreshes the list when it is done (a refresh that
+    // lands meanwhile, e.g. from a run that just ended, would throw the edit away).
+    if (S.renaming && S.renaming.isConnected) return;
     const ul = $("#conversations");
     ul.replaceChildren(...list.map(conversationItem));
     $("#conversations-empty").hidden = list.length > 0;
@@ -441,6 +448,7 @@
     const input = el("input", { type: "text", class: "rename-input", value: c.title || "", maxlength: "300", "aria-label": "New title" });
     li.replaceChildren(input);
     input.focus(); input.select();
+    S.renaming = input;
     let done = false;
     const finish = async (save) => {
       if (done) return; done = true;
@@ -448,6 +456,7 @@
         try { await api("PATCH", `/v1/conversations/${c.id}`, { title: input.value }); announce("Renamed."); }
         catch (e) { announce(`Could not rename: ${e.message}`); }
       }
+      if (S.renaming === input) S.renaming = null;
       refreshConversations();
     };
     input.addEventListener("keydown", (e) => {
