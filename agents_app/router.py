@@ -78,8 +78,10 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
     # not a failing provider to try anyway.
     usable = registry
     if not provider:
-        usable = dataclasses.replace(registry, providers=tuple(p for p in registry.providers if not (
-            p.kind == "ollama" and (r := health.probe(p)) is not None and not r.ok)))
+        answering = tuple(p for p in registry.providers if not (
+            p.kind == "ollama" and (r := health.probe(p)) is not None and not r.ok))
+        if len(answering) != len(registry.providers):
+            usable = dataclasses.replace(registry, providers=answering)
     tokens = estimate_tokens(task, agent.system_prompt or "", *((h.get("content") or "") for h in (history or [])))
     decision = route_providers(
         registry=usable, engine=requested, agent_model=model or agent.model or engine_cls.default_model(),

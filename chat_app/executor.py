@@ -19,10 +19,11 @@ import asyncio
 import contextvars
 import functools
 import logging
+import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from django.conf import settings
 from django.db.models import Q
@@ -49,17 +50,48 @@ LINGER_SECONDS = 30.0
 _ACTIVE = (Run.Status.QUEUED, Run.Status.RUNNING)
 
 
-@dataclass(frozen=True)
 class RunRecord:
-    """A run's start rows, built by ``run_create``: the conversation (new, or its activity
+    """A run's start rows, prepared by ``run_create``: the conversation (new, or its activity
     time), the run, the user message and ``agent.start``. Written by :func:`record_run` (or,
-    for many runs at once, :func:`record_runs`) in one transaction."""
+    for many runs at once, :func:`record_runs`) in one transaction.
 
-    conversation: Conversation
-    conversation_created: bool
-    run: Run
-    message: Message
-    started: RecordedEvent
+    The three model instances are built from ``build`` on first use, once: for a run whose
+    commit is deferred that is in the group-commit writer, off the event loop, after the run's
+    provider request went out (model instances were a fifth of a stream request's view time).
+    Their ids are fixed before (``agent.start`` and the stream carry them).
+    """
+
+    __slots__ = ("conversation_created", "started", "_build", "_rows", "_lock")
+
+    def __init__(self, *, build: Callable[[], tuple[Conversation, Run, Message]], conversation_created: bool,
+                 started: RecordedEvent):
+        self.conversation_created = conversation_created
+        self.started = started
+        self._build: Callable[[], tuple[Conversation, Run, Message]] | None = build
+        self._rows: tuple[Conversation, Run, Message] | None = None
+        self._lock = threading.Lock()
+
+    def _built(self) -> tuple[Conversation, Run, Message]:
+        rows = self._rows
+        if rows is None:
+            with self._lock:  # the writer thread and the loop may ask at once
+                if self._rows is None:
+                    assert self._build is not None
+                    self._rows, self._build = self._build(), None
+                rows = self._rows
+        return rows
+
+    @property
+    def conversation(self) -> Conversation:
+        return self._built()[0]
+
+    @property
+    def run(self) -> Run:
+        return self._built()[1]
+
+    @property
+    def message(self) -> Message:
+        return self._built()[2]
 
 
 def record_run(record: RunRecord) -> None:

@@ -88,11 +88,26 @@ def _conversation_delete_rows(*, conversation: Conversation) -> None:
 
 @dataclass(frozen=True)
 class RunCreated:
-    run: Run
-    conversation: Conversation
-    conversation_created: bool
-    user_message: Message
+    """A prepared run: its launch (what the executor runs) and its start rows (built on first use)."""
+
+    record: RunRecord
     launch: RunLaunch
+
+    @property
+    def conversation_created(self) -> bool:
+        return self.record.conversation_created
+
+    @property
+    def run(self) -> Run:
+        return self.record.run
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.record.conversation
+
+    @property
+    def user_message(self) -> Message:
+        return self.record.message
 
 
 def run_create(
@@ -155,32 +170,36 @@ def run_create(
         allow_inline=True if allow_inline_mcp else None)}
     created = conversation is None
     if created:
-        conversation = Conversation(owner=user, title=(title or input.strip().splitlines()[0][:80])[:300], agent=agent)
+        conversation_id, session_id = uuid.uuid4(), ""
     else:
         # The conversation's activity time (and its agent, if it had none) move with the turn.
         conversation.agent_id = conversation.agent_id or agent.pk
-    run = Run(
-        conversation=conversation, agent=agent, engine=route.engine, provider=route.provider, model=route.model,
-        route_note=route.note, status=Run.Status.RUNNING,
-        lease_expires_at=timezone.now() + timedelta(seconds=float(settings.RUN_LEASE_SECONDS)),
-    )
-    message = Message(conversation=conversation, run=run, role=Message.Role.USER, content=input)
-    run_id = str(run.id)
-    started = RecordedEvent(run_id, 1, RunStarted(
-        run_id=run_id, conversation_id=str(conversation.id), agent_role=agent.role, engine=route.engine,
-        model=route.model, provider=route.provider, session_id=conversation.engine_session_id,
-        route_note=route.note))
-    record = RunRecord(conversation=conversation, conversation_created=created, run=run, message=message,
-                       started=started)
+        conversation_id, session_id = conversation.id, conversation.engine_session_id
+    run_id = uuid.uuid4()
+
+    def build() -> tuple[Conversation, Run, Message]:
+        # The model instances, made when first needed (RunRecord): by the writer, for a deferred commit.
+        turn = conversation if conversation is not None else Conversation(
+            id=conversation_id, owner=user, title=(title or input.strip().splitlines()[0][:80])[:300], agent=agent)
+        run = Run(
+            id=run_id, conversation=turn, agent=agent, engine=route.engine, provider=route.provider,
+            model=route.model, route_note=route.note, status=Run.Status.RUNNING,
+            lease_expires_at=timezone.now() + timedelta(seconds=float(settings.RUN_LEASE_SECONDS)),
+        )
+        return turn, run, Message(conversation=turn, run=run, role=Message.Role.USER, content=input)
+
+    started = RecordedEvent(str(run_id), 1, RunStarted(
+        run_id=str(run_id), conversation_id=str(conversation_id), agent_role=agent.role, engine=route.engine,
+        model=route.model, provider=route.provider, session_id=session_id, route_note=route.note))
+    record = RunRecord(build=build, conversation_created=created, started=started)
     if not defer_commit:
         with transaction.atomic():
             record_run(record)
-    launch = RunLaunch(run_id=run_id, conversation_id=str(conversation.id), agent=spec, engine=route.engine,
+    launch = RunLaunch(run_id=str(run_id), conversation_id=str(conversation_id), agent=spec, engine=route.engine,
                        model=route.model, provider=route.provider, user_input=input, history=history,
-                       session_id=conversation.engine_session_id, started=started, options=options,
+                       session_id=session_id, started=started, options=options,
                        route=route, record=record if defer_commit else None)
-    return RunCreated(run=run, conversation=conversation, conversation_created=created, user_message=message,
-                      launch=launch)
+    return RunCreated(record=record, launch=launch)
 
 
 def _stored_history(conversation: Conversation) -> list[dict[str, str]]:

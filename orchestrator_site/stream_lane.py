@@ -40,6 +40,7 @@ from django.conf import settings
 from django.core import signals
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
+from django.core.signals import setting_changed
 from django.http import HttpResponseBase
 from django.utils.cache import patch_vary_headers
 from django.urls import Resolver404, get_resolver, set_script_prefix
@@ -79,25 +80,46 @@ def _eligible_headers(scope: Scope) -> bool:
 def _add_site_headers(response: HttpResponseBase, *, secure: bool) -> None:
     """What the middleware adds to a response it passes (SecurityMiddleware, XFrameOptions,
     CommonMiddleware's Content-Length, django-cors-headers' ``Vary`` without an ``Origin``)."""
+    headers = response.headers
+    for key, value in _site_headers(secure):
+        headers.setdefault(key, value)
+    if "Vary" in headers:
+        patch_vary_headers(response, ("origin",))
+    else:
+        headers["Vary"] = "origin"  # what patch_vary_headers sets on a response without one
+    if not response.streaming:
+        headers.setdefault("Content-Length", str(len(response.content)))
+
+
+@functools.cache
+def _site_headers(secure: bool) -> tuple[tuple[str, str], ...]:
+    """The middleware's fixed headers, from the settings (computed once; a settings change in
+    tests clears this, see ``_settings_changed``)."""
+    out = []
     if secure and settings.SECURE_HSTS_SECONDS:
         value = f"max-age={settings.SECURE_HSTS_SECONDS}"
         if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS:
             value += "; includeSubDomains"
         if settings.SECURE_HSTS_PRELOAD:
             value += "; preload"
-        response.headers.setdefault("Strict-Transport-Security", value)
+        out.append(("Strict-Transport-Security", value))
     if settings.SECURE_CONTENT_TYPE_NOSNIFF:
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        out.append(("X-Content-Type-Options", "nosniff"))
     if settings.SECURE_REFERRER_POLICY:
         policy = settings.SECURE_REFERRER_POLICY
         values = policy.split(",") if isinstance(policy, str) else policy
-        response.headers.setdefault("Referrer-Policy", ",".join(v.strip() for v in values))
+        out.append(("Referrer-Policy", ",".join(v.strip() for v in values)))
     if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
-        response.headers.setdefault("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY)
-    response.headers.setdefault("X-Frame-Options", getattr(settings, "X_FRAME_OPTIONS", "DENY").upper())
-    patch_vary_headers(response, ("origin",))
-    if not response.streaming:
-        response.headers.setdefault("Content-Length", str(len(response.content)))
+        out.append(("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY))
+    out.append(("X-Frame-Options", getattr(settings, "X_FRAME_OPTIONS", "DENY").upper()))
+    return tuple(out)
+
+
+def _settings_changed(**_: Any) -> None:
+    _site_headers.cache_clear()
+
+
+setting_changed.connect(_settings_changed, dispatch_uid="stream-lane-site-headers")
 
 
 def _site_allows_lane() -> bool:

@@ -193,12 +193,23 @@ def provider_registry() -> Registry:
     return _with_fresh_implicit(_CACHE.get("registry", _load_registry))
 
 
+# (the cached registry, the settings the implicit providers read) -> the registry with them: the
+# last one made, as long as neither changed (a run's start asks for the registry each time).
+_FRESH: list[tuple[Registry, tuple[str, str], Registry]] = []
+
+
 def _with_fresh_implicit(registry: Registry) -> Registry:
     from dataclasses import replace
 
+    read = (settings.ANTHROPIC_MODEL, settings.OLLAMA_MODEL)
+    last = _FRESH[0] if _FRESH else None
+    if last is not None and last[0] is registry and last[1] == read:
+        return last[2]
     configured = [p for p in registry.providers if not p.implicit]
     shadowed = {p.name for p in configured} | set(registry.disabled)
-    return replace(registry, providers=tuple(configured + [p for p in _implicit() if p.name not in shadowed]))
+    fresh = replace(registry, providers=tuple(configured + [p for p in _implicit() if p.name not in shadowed]))
+    _FRESH[:] = [(registry, read, fresh)]
+    return fresh
 
 
 def _load_registry() -> Registry:

@@ -122,8 +122,8 @@ class AssistantUiChatApi(AsyncApiView):
     async def post(self, request) -> JsonResponse:
         created = await self.burst(self._create, request)
         get_executor().submit(created.launch)
-        steps, end = await _await_outcome(str(created.run.id))
-        ids = {"runId": str(created.run.id), "conversationId": str(created.conversation.id)}
+        steps, end = await _await_outcome(created.launch.run_id)
+        ids = {"runId": created.launch.run_id, "conversationId": created.launch.conversation_id}
         if end.get("status") != "succeeded":
             code = end.get("errorCode") or ("run_" + str(end.get("status") or "lost"))
             status = _FAILURE_STATUS.get(code, 502 if code.startswith("provider_") else 500)

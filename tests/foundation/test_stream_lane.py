@@ -162,6 +162,22 @@ async def test_lane_responses_carry_the_middleware_headers(apps, token, agents):
     assert got["vary"] == "origin" and got["content-type"].startswith("text/event-stream")
 
 
+async def test_lane_site_headers_follow_a_settings_change(apps, token, agents, settings):
+    # The lane computes the middleware's fixed headers once; a changed setting must show at once.
+    lane, _, _ = apps
+    await _call(lane, "POST", "/v1/agent/chat", body=CHAT, headers=_json_headers(token))
+    settings.X_FRAME_OPTIONS = "SAMEORIGIN"
+    settings.SECURE_REFERRER_POLICY = "no-referrer"
+    served = apps[2]
+    before = len(served)
+    # (Django's SecurityMiddleware reads its settings once, when the handler is built, so only
+    # the lane's answer is looked at here.)
+    status, headers, _ = await _call(lane, "POST", "/v1/agent/chat", body=CHAT, headers=_json_headers(token))
+    got = dict(headers)
+    assert len(served) > before and status == 200
+    assert got["x-frame-options"] == "SAMEORIGIN" and got["referrer-policy"] == "no-referrer"
+
+
 async def test_stream_lane_setting_off_sends_everything_to_django(apps, token, agents, settings):
     settings.STREAM_LANE = False
     _, took_lane = await _both(apps, "POST", "/v1/agent/chat", body=CHAT, headers=_json_headers(token))
