@@ -22,7 +22,9 @@ replayed when the lane already read it):
 
 The lane adds the response headers the middleware would (``X-Frame-Options``,
 ``X-Content-Type-Options``, ``Referrer-Policy``, ``Cross-Origin-Opener-Policy``, HSTS on HTTPS,
-``Vary: origin``, ``Content-Length`` on complete bodies); ``tests/foundation/test_stream_lane.py``
+``Vary: origin``, ``Content-Length`` on complete bodies) and sends a streaming view's text frames
+itself (the ASGI messages Django's ``send_response`` would send, without its per-chunk generator
+layers); ``tests/foundation/test_stream_lane.py``
 holds its responses, headers included, equal to Django's for the same requests. A client that
 disconnects cancels the response as in Django's handler (the run goes on, per its dialect).
 ``STREAM_LANE=0`` sends everything through Django.
@@ -33,7 +35,8 @@ import asyncio
 import functools
 import io
 import logging
-from typing import Any, Awaitable, Callable
+from contextlib import aclosing
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
@@ -218,5 +221,24 @@ async def _respond(handler: ASGIHandler, view: Callable[..., Any], request: ASGI
                    scope: Scope, send: Send) -> HttpResponseBase:
     response = await view(request, *args, **kwargs)
     _add_site_headers(response, secure=scope.get("scheme") == "https")
-    await handler.send_response(response, send)
+    frames = getattr(response, "text_frames", None)
+    if frames is not None and response.streaming:
+        await _send_text_frames(response, frames, send)
+    else:
+        await handler.send_response(response, send)
     return response
+
+
+async def _send_text_frames(response: HttpResponseBase, frames: AsyncIterator[str], send: Send) -> None:
+    """Django's ``ASGIHandler.send_response`` for a streaming view's body of text frames
+    (``response.text_frames``, see ``chat_app.api.streaming``): the same messages, without the
+    four generator layers and the re-chunking Django puts around each frame (every delta of a
+    stream passes them)."""
+    headers = [(name.encode("ascii"), value.encode("latin1")) for name, value in response.items()]
+    headers += [(b"Set-Cookie", c.output(header="").encode("ascii").strip()) for c in response.cookies.values()]
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    charset = response.charset
+    async with aclosing(frames):
+        async for text in frames:
+            await send({"type": "http.response.body", "body": text.encode(charset), "more_body": True})
+    await send({"type": "http.response.body"})

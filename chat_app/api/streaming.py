@@ -163,7 +163,10 @@ class AsyncApiView(APIView):
                 async for batch in frames:
                     yield "".join(map(dialect.encode, batch))
 
-        response = StreamingHttpResponse(body(), content_type=dialect.media_type)
+        text_frames = body()
+        response = StreamingHttpResponse(text_frames, content_type=dialect.media_type)
+        # The stream lane sends these itself, without Django's per-chunk layers (orchestrator_site/stream_lane.py).
+        response.text_frames = text_frames
         for key, value in {**SSE_HEADERS, **dialect.headers, "X-Run-Id": run_id,
                            "X-Conversation-Id": conversation_id}.items():
             response[key] = value
