@@ -32,6 +32,7 @@ from django.utils import timezone
 from agents_app.engines import EngineContext, EngineResult, get_engine
 from agents_app.specs import AgentSpec, agent_spec
 from core.doorbell import RunDoorbell
+from core.scheduling import yield_to_readers
 from core.errors import EngineError, ErrorCode
 from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, RunEventBase, ToolCallState,
                          ToolStatus)
@@ -376,7 +377,10 @@ async def _run_engine(launch: RunLaunch, live: LiveRun, doorbell: RunDoorbell, s
                     elif item.durable:
                         await live.record(item)
                     else:  # a delta: published now, written with the next batch
+                        first = not live.has_output
                         live.publish(live.make(item))
+                        if first:  # the run's first output: its stream writes it before the run reads on
+                            await yield_to_readers()
         except TimeoutError as exc:
             if deadline.expired():  # this run's own deadline (RUN_TIMEOUT or options["timeout"])
                 raise EngineError(f"Run timed out after {seconds:g} s.", code=ErrorCode.RUN_TIMEOUT) from exc

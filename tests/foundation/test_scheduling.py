@@ -1,11 +1,11 @@
-"""core.scheduling.wake_first: a woken reader runs ahead of work that was ready before it."""
+"""core.scheduling: a woken reader runs ahead of work that was ready before it (wake_first, yield_to_readers)."""
 from __future__ import annotations
 
 import asyncio
 
 import pytest
 
-from core.scheduling import wake_first
+from core.scheduling import wake_first, yield_to_readers
 
 
 async def _order(wake) -> list[str]:
@@ -81,3 +81,31 @@ async def test_an_event_nobody_waits_for_is_set(readers):
     wake_first(event)
     assert event.is_set()
     await asyncio.wait_for(asyncio.gather(*waiting), 5)
+
+
+async def _publish_then_go_on(settings, on: bool) -> list[str]:
+    """A run publishes its first output (waking its stream), yields to readers, then reads on."""
+    settings.LOOP_OUTPUT_FIRST = on
+    order: list[str] = []
+    output = asyncio.Event()
+
+    async def stream() -> None:
+        await output.wait()
+        order.append("stream writes the first text")
+
+    async def run() -> None:
+        await asyncio.sleep(0)  # the stream is waiting
+        wake_first(output)
+        await yield_to_readers()
+        order.append("run reads its next event")
+
+    await asyncio.wait_for(asyncio.gather(stream(), run()), 5)
+    return order
+
+
+async def test_yield_to_readers_lets_the_woken_stream_write_before_the_run_reads_on(settings):
+    assert await _publish_then_go_on(settings, True) == ["stream writes the first text", "run reads its next event"]
+
+
+async def test_yield_to_readers_is_a_no_op_when_output_first_is_off(settings):
+    assert await _publish_then_go_on(settings, False) == ["run reads its next event", "stream writes the first text"]
