@@ -120,12 +120,15 @@ def _site_headers(secure: bool) -> tuple[tuple[str, str], ...]:
 
 def _settings_changed(**_: Any) -> None:
     _site_headers.cache_clear()
+    _site_allows_lane.cache_clear()
 
 
 setting_changed.connect(_settings_changed, dispatch_uid="stream-lane-site-headers")
 
 
+@functools.cache
 def _site_allows_lane() -> bool:
+    # Read once (cleared with the site headers when a setting changes, see _settings_changed).
     return (getattr(settings, "STREAM_LANE", True) and not settings.SECURE_SSL_REDIRECT
             and not settings.PREPEND_WWW and not settings.DISALLOWED_USER_AGENTS)
 

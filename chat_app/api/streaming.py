@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 from contextlib import aclosing
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -164,7 +165,8 @@ class AsyncApiView(APIView):
                     yield "".join(map(dialect.encode, batch))
 
         text_frames = body()
-        response = StreamingHttpResponse(text_frames, content_type=dialect.media_type)
+        response = StreamingHttpResponse(text_frames, content_type=dialect.media_type,
+                                         charset=_charset_of(dialect.media_type))
         # The stream lane sends these itself, without Django's per-chunk layers (orchestrator_site/stream_lane.py).
         response.text_frames = text_frames
         for key, value in {**SSE_HEADERS, **dialect.headers, "X-Run-Id": run_id,
@@ -222,6 +224,18 @@ class AsyncApiView(APIView):
             if handled.has_header(key):
                 response[key] = handled[key]
         return response
+
+
+# Django's own pattern for the charset of a Content-Type (HttpResponseBase.charset).
+_CHARSET_RE = re.compile(r";\s*charset=(?P<charset>[^\s;]+)", re.I)
+
+
+@functools.cache
+def _charset_of(media_type: str) -> str | None:
+    """A dialect's charset, as Django would read it from its media type on every response (None:
+    Django's default applies)."""
+    match = _CHARSET_RE.search(media_type)
+    return match["charset"].replace('"', "") if match else None
 
 
 def release_request_thread() -> None:

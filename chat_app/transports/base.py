@@ -82,8 +82,15 @@ def dialect_names() -> list[str]:
     return sorted(_DIALECTS)
 
 
+_loaded = False
+
+
 def _load() -> None:
+    global _loaded
+    if _loaded:  # an import statement costs even when the modules are loaded: every stream asks
+        return
     from . import agent_chat, chat_stream, message_stream, vercel_ai  # noqa: F401  (register)
+    _loaded = True
 
 
 def sse_frame(data: Any, *, event: str | None = None, id: Any = None) -> str:
