@@ -32,10 +32,10 @@ from django.utils import timezone
 from agents_app.engines import EngineContext, EngineResult, get_engine
 from agents_app.specs import AgentSpec, agent_spec
 from core.doorbell import RunDoorbell
-from core.scheduling import yield_to_readers
 from core.errors import EngineError, ErrorCode
 from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, RunEventBase, ToolCallState,
                          ToolStatus)
+from core.scheduling import yield_to_readers
 from tools_app.runner import ToolRunner
 
 from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread, insert_events
