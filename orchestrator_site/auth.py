@@ -6,7 +6,8 @@ import time
 
 from django.conf import settings
 from rest_framework import exceptions
-from rest_framework.authentication import TokenAuthentication, get_authorization_header
+from rest_framework import HTTP_HEADER_ENCODING
+from rest_framework.authentication import TokenAuthentication
 
 # token key -> (expires, user). Every streaming request authenticates; a token rarely changes.
 # Deleting a token or saving its user clears this at once in this process (orchestrator_site
@@ -27,7 +28,7 @@ class BearerOrTokenAuthentication(TokenAuthentication):
     keywords = (b"token", b"bearer")
 
     def authenticate(self, request):
-        auth = get_authorization_header(request).split()
+        auth = _authorization_header(request).split()
         if not auth or auth[0].lower() not in self.keywords:
             return None
         if len(auth) != 2:
@@ -51,6 +52,16 @@ class BearerOrTokenAuthentication(TokenAuthentication):
                     _TOKENS.clear()
                 _TOKENS[key] = (time.monotonic() + ttl, user)
         return user, token
+
+
+def _authorization_header(request) -> bytes:
+    """DRF's ``get_authorization_header`` read from ``META`` (the header's WSGI name), as DRF
+    itself did before 3.15: ``request.headers`` builds a case-insensitive copy of every header,
+    half of a stream request's authentication time, to read this one."""
+    auth = request.META.get("HTTP_AUTHORIZATION", b"")
+    if isinstance(auth, str):
+        auth = auth.encode(HTTP_HEADER_ENCODING)
+    return auth
 
 
 def _copy_user(user: object) -> object:

@@ -55,7 +55,8 @@ class EventStreamRenderer(BaseRenderer):
 
 
 class DialectNegotiation(DefaultContentNegotiation):
-    """DRF's content negotiation, remembered per ``Accept`` header.
+    """DRF's content negotiation, remembered per ``Accept`` header (and parser selection per
+    ``Content-Type``).
 
     ``?format=`` names a stream dialect here, not a DRF renderer, so DRF must ignore it; the
     choice then depends only on the header, a format suffix and the renderers, and parsing the
@@ -67,6 +68,22 @@ class DialectNegotiation(DefaultContentNegotiation):
     settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)
     MAX_REMEMBERED = 256
     _chosen: dict[tuple[Any, ...], tuple[int, str]] = {}
+    _parsers: dict[tuple[Any, ...], int] = {}
+
+    def select_parser(self, request: Request, parsers: list[Any]):
+        """DRF's parser for the request's ``Content-Type``, remembered the same way (a type no
+        parser takes is a 415 every time, never remembered)."""
+        key = (request.content_type, *map(type, parsers))
+        index = self._parsers.get(key)
+        if index is None:
+            parser = super().select_parser(request, parsers)
+            if parser is None:
+                return None
+            index = parsers.index(parser)
+            if len(self._parsers) >= self.MAX_REMEMBERED:
+                self._parsers.clear()
+            self._parsers[key] = index
+        return parsers[index]
 
     def select_renderer(self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None):
         key = (request._request.META.get("HTTP_ACCEPT", "*/*"), format_suffix, *map(type, renderers))

@@ -58,3 +58,44 @@ def test_memory_is_bounded(negotiation, monkeypatch):
     for i in range(7):
         assert _choose(negotiation, f"application/json; v={i}")[0] is JSONRenderer
     assert 1 <= len(DialectNegotiation._chosen) <= 3
+
+
+def _parser_for(negotiation, content_type: str | None, parsers):
+    headers = {} if content_type is None else {"content_type": content_type}
+    request = Request(RequestFactory().post("/v1/agent/chat", data=b"{}", **headers))
+    chosen = negotiation.select_parser(request, parsers)
+    return None if chosen is None else type(chosen)
+
+
+@pytest.fixture
+def parsers():
+    from rest_framework.parsers import FormParser, MultiPartParser
+
+    from orchestrator_site.parsers import JSONBodyParser
+
+    DialectNegotiation._parsers.clear()
+    yield [JSONBodyParser(), FormParser(), MultiPartParser()]
+    DialectNegotiation._parsers.clear()
+
+
+@pytest.mark.parametrize("content_type", [
+    "application/json", "application/json; charset=utf-8", "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x", "text/plain", "application/jsonx", "x" * 300,
+])
+def test_the_parser_is_drfs_the_first_time_and_again(negotiation, parsers, content_type):
+    from rest_framework.negotiation import DefaultContentNegotiation
+
+    expected = _parser_for(DefaultContentNegotiation(), content_type, parsers)
+    assert _parser_for(negotiation, content_type, parsers) is expected
+    assert _parser_for(negotiation, content_type, parsers) is expected  # now from memory, if it was one
+    assert len(DialectNegotiation._parsers) == (0 if expected is None else 1)
+    if expected is not None:  # the memory is per parser list too
+        assert _parser_for(negotiation, content_type, parsers[::-1]) is _parser_for(
+            DefaultContentNegotiation(), content_type, parsers[::-1])
+
+
+def test_parser_memory_is_bounded(negotiation, parsers, monkeypatch):
+    monkeypatch.setattr(DialectNegotiation, "MAX_REMEMBERED", 3)
+    for i in range(7):
+        assert _parser_for(negotiation, f"application/json; v={i}", parsers).__name__ == "JSONBodyParser"
+    assert 1 <= len(DialectNegotiation._parsers) <= 3
