@@ -81,7 +81,7 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
         answering = tuple(p for p in registry.providers if not (
             p.kind == "ollama" and (r := health.probe(p)) is not None and not r.ok))
         if len(answering) != len(registry.providers):
-            usable = dataclasses.replace(registry, providers=answering)
+            usable = _without_silent(registry, answering)
     tokens = estimate_tokens(task, agent.system_prompt or "", *((h.get("content") or "") for h in (history or [])))
     decision = route_providers(
         registry=usable, engine=requested, agent_model=model or agent.model or engine_cls.default_model(),
@@ -104,6 +104,21 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
         return Route(engine=fallback_cls.name, provider=fallback_cls.provider, model=fallback_cls.default_model(), note=note)
     chosen_model = model or agent.model or engine_cls.default_model()
     return Route(engine=engine_cls.name, provider=engine_cls.provider, model=chosen_model, note=note)
+
+
+# (registry, the providers that answer, the registry of those): the last one made, reused while
+# both are the same objects (a silent Ollama stays silent for many run starts).
+_USABLE: list[tuple[Any, tuple[Any, ...], Any]] = []
+
+
+def _without_silent(registry: Any, answering: tuple[Any, ...]) -> Any:
+    last = _USABLE[0] if _USABLE else None
+    if last is not None and last[0] is registry and len(last[1]) == len(answering) and all(
+            a is b for a, b in zip(last[1], answering)):
+        return last[2]
+    usable = dataclasses.replace(registry, providers=answering)
+    _USABLE[:] = [(registry, answering, usable)]
+    return usable
 
 
 def engine_status() -> dict[str, dict[str, str | bool]]:

@@ -1,7 +1,7 @@
 """Reads for agents."""
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from django.db.models import QuerySet
 
@@ -33,25 +33,25 @@ def agent_get_for_run(*, role: str) -> Agent:
     return agent
 
 
-# role -> (agent, spec, CLAUDE.md mtime). Starting a run needs the agent and its frozen spec
+# role -> (agent, spec, CLAUDE.md mtime, CLAUDE.md path). Starting a run needs the agent and its frozen spec
 # (prompt + CLAUDE.md); both change rarely, and saving an agent clears this at once in this
 # process (agents_app/apps.py); other processes see an edit within AGENT_CACHE_SECONDS (an expired
 # spec is served once more while it reloads in the background: core/refreshing_cache.py).
-_SPECS: RefreshingCache[tuple[Agent, AgentSpec, float | None]] = RefreshingCache(
+_SPECS: RefreshingCache[tuple[Agent, AgentSpec, float | None, str]] = RefreshingCache(
     "agent spec", ttl=seconds_setting("AGENT_CACHE_SECONDS"))
 
 
-def _mtime(path: Path) -> float | None:
+def _mtime(path: str) -> float | None:
     try:
-        return path.stat().st_mtime
+        return os.stat(path).st_mtime
     except OSError:
         return None
 
 
-def _load_for_run(role: str) -> tuple[Agent, AgentSpec, float | None]:
+def _load_for_run(role: str) -> tuple[Agent, AgentSpec, float | None, str]:
     agent = agent_get_for_run(role=role)
-    mtime = _mtime(agent.workspace_path / "CLAUDE.md")
-    return agent, agent_spec(agent), mtime
+    path = str(agent.workspace_path / "CLAUDE.md")  # kept as text: every run start stats it
+    return agent, agent_spec(agent), _mtime(path), path
 
 
 def agent_for_run(*, role: str) -> tuple[Agent, AgentSpec]:
@@ -61,10 +61,9 @@ def agent_for_run(*, role: str) -> tuple[Agent, AgentSpec]:
         NotFound: ``agent_not_found``, listing the valid roles.
     """
     if not isinstance(role, str):
-        agent, spec, _ = _load_for_run(role)
+        agent, spec, _, _ = _load_for_run(role)
         return agent, spec
-    agent, spec, _ = _SPECS.get(role, lambda: _load_for_run(role),
-                                valid=lambda hit: hit[2] == _mtime(hit[1].workspace_path / "CLAUDE.md"))
+    agent, spec, _, _ = _SPECS.get(role, lambda: _load_for_run(role), valid=lambda hit: hit[2] == _mtime(hit[3]))
     return agent, spec
 
 

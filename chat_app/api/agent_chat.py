@@ -61,7 +61,8 @@ class AiSdkChatOptionsInput(AgentChatInput):
 
 
 def _dialect(request: Request) -> type[Dialect]:
-    name = request.query_params.get("format", "") or "agent-chat"
+    # (No query string, the common case: no QueryDict is built to find that out.)
+    name = (request.query_params.get("format", "") if request._request.META.get("QUERY_STRING") else "") or "agent-chat"
     if name not in FORMATS:
         raise InvalidInput(f"Unknown stream format {name!r}; use one of: {', '.join(FORMATS)}.",
                            code="unknown_format")
