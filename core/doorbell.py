@@ -188,10 +188,13 @@ class RunDoorbell:
 
     async def wait(self, key: str, timeout: float) -> bool:
         event = self._event(key)
-        try:
-            await asyncio.wait_for(event.wait(), timeout=max(0.0, timeout))
-        except asyncio.TimeoutError:
-            return False
+        if not event.is_set():
+            try:
+                # asyncio.timeout, not wait_for: no task per wait (every run waits here for a cancel).
+                async with asyncio.timeout(max(0.0, timeout)):
+                    await event.wait()
+            except TimeoutError:
+                return False
         event.clear()
         return True
 
