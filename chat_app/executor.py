@@ -231,7 +231,10 @@ class InProcessExecutor:
     # --- one run -----------------------------------------------------------------------------
     async def _execute(self, launch: RunLaunch, live: LiveRun) -> None:
         doorbell = RunDoorbell(launch.run_id)
-        watcher = asyncio.create_task(_watch_cancel(live, doorbell), name=f"run-cancel-watch-{launch.run_id}")
+        # A cancel rung from another process: check the row, then cancel (the keeper re-checks the
+        # flag on a timer, the safety net for a lost ring). A callback, not a task per run.
+        doorbell.on("cancel", functools.partial(_cancel_rung, live))
+        attaching = None if doorbell.attach_now() else asyncio.create_task(doorbell.start())
         final: list[RunEventBase]
         spend = _Spend()
         try:
@@ -257,7 +260,8 @@ class InProcessExecutor:
                      RunEnded(status=Run.Status.FAILED, error=message, error_code=code)]
             commit = _failure_commit(launch, Run.Status.FAILED, message, spend)
         finally:
-            watcher.cancel()
+            if attaching is not None:
+                attaching.cancel()
         if not await live.wait_recorded():
             # Its rows never reached the database (run_create deferred the commit to us): the
             # subscribers learn why; there is nothing to record the end in.
@@ -325,15 +329,20 @@ def _renew_leases(run_ids: list[str], lease: float) -> list[str]:
     return [str(i) for i in Run.objects.filter(id__in=run_ids, cancel_requested=True).values_list("id", flat=True)]
 
 
-async def _watch_cancel(live: LiveRun, doorbell: RunDoorbell) -> None:
-    """Cancel the run when another process rings; the keeper re-checks the flag on a timer."""
-    await doorbell.start()
-    while True:
-        if not await doorbell.wait("cancel", float(settings.RUN_LEASE_SECONDS)):
-            continue
+_CANCEL_CHECKS: set[asyncio.Task] = set()
+
+
+def _cancel_rung(live: LiveRun) -> None:
+    """A cancel ring for ``live``: the database is the truth, so read the flag, then cancel."""
+    async def check() -> None:
         if await in_thread(lambda: Run.objects.filter(id=live.run_id, cancel_requested=True).exists())():
             live.request_cancel()
-            return
+
+    if live.done or not live.cancellable:  # ended, or its engine already returned: nothing to cancel
+        return
+    task = asyncio.ensure_future(check())
+    _CANCEL_CHECKS.add(task)
+    task.add_done_callback(_CANCEL_CHECKS.discard)
 
 
 async def _run_engine(launch: RunLaunch, live: LiveRun, doorbell: RunDoorbell, spend: "_Spend") -> EngineResult:

@@ -74,10 +74,14 @@ class _Switchboard:
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
 
+    def listening(self) -> bool:
+        """Joined (recently enough) and receiving: attaching a run needs no channel-layer call."""
+        return self._task is not None and not self._task.done() and time.monotonic() - self._joined_at < REJOIN_SECONDS
+
     async def attach(self, doorbell: "RunDoorbell") -> bool:
         """Route the run's rings to ``doorbell``; False when the channel layer cannot listen."""
         self._doorbells[doorbell.run_id] = doorbell
-        if self._task is not None and not self._task.done() and time.monotonic() - self._joined_at < REJOIN_SECONDS:
+        if self.listening():
             return True  # the common case: no channel-layer call, no await that suspends
         async with self._lock:
             try:
@@ -149,19 +153,46 @@ class RunDoorbell:
         self._channel: str | None = None
         self._board: _Switchboard | None = None
         self._layer = get_channel_layer()
+        self._callbacks: dict[str, Any] = {}
 
     def _event(self, key: str) -> asyncio.Event:
         return self._events.setdefault(key, asyncio.Event())
 
+    def on(self, key: str, callback: Any) -> None:
+        """Also call ``callback()`` (on the loop) each time ``key`` rings: for a listener that
+        would otherwise be a task waiting for the ring all its life."""
+        self._callbacks[key] = callback
+
     def poke(self, key: str) -> None:
         """Wake local waiters directly (same process, no channel layer round trip)."""
-        self._event(key).set()
+        self._rang(key)
 
     def deliver(self, message: dict[str, Any]) -> None:
         key = message.get("kind", "")
         if message.get("key"):
             key = f"{key}:{message['key']}"
+        self._rang(key)
+
+    def _rang(self, key: str) -> None:
         self._event(key).set()
+        callback = self._callbacks.get(key)
+        if callback is not None:
+            callback()
+
+    def attach_now(self) -> bool:
+        """:meth:`start` without suspending, when it can (no channel layer, or the process's
+        switchboard already listening: every run start but the first); False: await
+        :meth:`start` instead."""
+        if self._layer is None:
+            return True
+        if self._events_only:
+            return False
+        board = _switchboard(self._layer)
+        if not board.listening():
+            return False
+        board._doorbells[self.run_id] = self
+        self._board = board
+        return True
 
     async def start(self) -> None:
         if self._layer is None:

@@ -106,3 +106,40 @@ async def test_without_a_listening_layer_a_run_relies_on_rechecks(monkeypatch):
     finally:
         await later.stop()
         await bell.stop()
+
+
+async def test_attach_now_once_the_switchboard_listens_and_callbacks_run_on_every_ring():
+    first = RunDoorbell("run-g")
+    await first.start()  # the process's switchboard joins (here, or by an earlier test)
+    bell = RunDoorbell("run-h")
+    rung: list[str] = []
+    bell.on("cancel", lambda: rung.append("cancel"))
+    assert bell.attach_now()  # no await: the switchboard is listening
+    try:
+        for expected in (1, 2):
+            await ring("run-h", "cancel")
+            assert await bell.wait("cancel", 5)
+            assert rung == ["cancel"] * expected
+        await ring("run-h", "confirmation", key="c1")  # another kind: not this callback
+        assert await bell.wait("confirmation:c1", 5)
+        assert rung == ["cancel", "cancel"]
+    finally:
+        await bell.stop()
+        await first.stop()
+    await ring("run-h", "cancel")  # stopped: nothing more arrives
+    await asyncio.sleep(0.1)
+    assert rung == ["cancel", "cancel"]
+
+
+async def test_attach_now_refuses_before_the_switchboard_listens(monkeypatch):
+    from core import doorbell
+
+    monkeypatch.setattr(doorbell, "_SWITCHBOARDS", type(doorbell._SWITCHBOARDS)())  # a fresh process
+    bell = RunDoorbell("run-i")
+    assert not bell.attach_now()
+    assert not RunDoorbell("run-j", events=True).attach_now()  # timeline readers always start()
+    await bell.start()
+    try:
+        assert RunDoorbell("run-k").attach_now()
+    finally:
+        await bell.stop()

@@ -193,3 +193,25 @@ async def test_a_finished_run_lingers_without_its_task_or_start_rows(user):
         gc.collect()
         await asyncio.sleep(0.01)
     assert launch_ref() is None and row_ref() is None
+
+
+async def test_a_cancel_rung_from_another_process_cancels_the_run(user):
+    """What another server does (tests/agent_chat/test_two_servers.py across two processes):
+    set the flag, then ring; the executing run reads the flag and ends cancelled. A ring
+    without the flag set cancels nothing (the database is the truth)."""
+    from core.doorbell import ring
+    from tests.conftest import wait_for
+
+    from chat_app.executor import get_executor
+
+    created = await services.run_start(user=user, input="/sleep 30\nslow", agent_role="coder")
+    run_id = str(created.run.id)
+    await wait_for(lambda: Run.objects.filter(id=run_id).aexists())
+    await ring(run_id, "cancel")  # the flag is not set: the run goes on
+    await asyncio.sleep(0.3)
+    assert get_executor().is_live(run_id) and not get_executor().live[run_id].done
+    await Run.objects.filter(id=run_id).aupdate(cancel_requested=True)
+    await ring(run_id, "cancel")
+    events = await asyncio.wait_for(_collect(run_id), 15)
+    assert events[-1].event == "agent.end" and events[-1].payload["status"] == "cancelled"
+    assert (await Run.objects.aget(id=run_id)).status == "cancelled"
