@@ -1,6 +1,7 @@
 """Serializers for the chat REST API (seed 001 camelCase field names)."""
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -36,12 +37,14 @@ def fast_validated_data(serializer_cls: type[serializers.Serializer], data: Any)
     booleans this returns exactly what the serializer returns (trimmed where it trims, defaults
     filled, its ``validate`` applied). Anything else — another field type, a wrong type, a blank
     or too long value, a failing ``validate`` — returns None and the caller runs the serializer,
-    which gives its usual error, so errors never differ.
+    which gives its usual error, so errors never differ. What each field allows is read once
+    per serializer class (:func:`_plan`): a stream start runs cold, and every attribute and
+    validator looked up again was a cache miss.
     """
     if not isinstance(data, dict):
         return None
     attrs: dict[str, Any] = {}
-    for name, field in serializer_cls._declared_fields.items():
+    for name, field, kind, allow_null, trim, allow_blank, max_length, min_length in _plan(serializer_cls):
         value = data.get(name, empty)
         if value is empty:
             if field.required:
@@ -49,9 +52,26 @@ def fast_validated_data(serializer_cls: type[serializers.Serializer], data: Any)
             if field.default is not empty:
                 attrs[name] = field.get_default()
             continue
-        value = _plain(field, value)
-        if value is _UNSUPPORTED:
+        if kind is _UNSUPPORTED:
             return None
+        if value is None:
+            if not allow_null:
+                return None
+        elif kind is bool:
+            if type(value) is not bool:
+                return None
+        elif not isinstance(value, str):
+            return None
+        else:
+            if trim:
+                value = value.strip()
+            if value == "":
+                if not allow_blank:
+                    return None
+            elif (max_length is not None and len(value) > max_length) or (
+                    min_length is not None and len(value) < min_length) or "\x00" in value or (
+                    not value.isascii() and _SURROGATE.search(value)):
+                return None
         attrs[name] = value
     try:
         return serializer_cls().validate(attrs)
@@ -59,25 +79,24 @@ def fast_validated_data(serializer_cls: type[serializers.Serializer], data: Any)
         return None
 
 
-def _plain(field: serializers.Field, value: Any) -> Any:
-    if field.read_only or field.source not in (None, field.field_name) or (
-            field.validators and not all(isinstance(v, _PLAIN_VALIDATORS) for v in field.validators)):
-        return _UNSUPPORTED
-    if value is None:
-        return None if field.allow_null else _UNSUPPORTED
-    if type(field) is serializers.BooleanField:
-        return value if type(value) is bool else _UNSUPPORTED
-    if not isinstance(field, StrictCharField) or not isinstance(value, str):
-        return _UNSUPPORTED
-    if field.trim_whitespace:
-        value = value.strip()
-    if value == "":
-        return "" if field.allow_blank else _UNSUPPORTED
-    if (field.max_length is not None and len(value) > field.max_length) or (
-            field.min_length is not None and len(value) < field.min_length) or "\x00" in value or (
-            not value.isascii() and _SURROGATE.search(value)):
-        return _UNSUPPORTED
-    return value
+@functools.cache
+def _plan(serializer_cls: type[serializers.Serializer]) -> tuple[tuple[Any, ...], ...]:
+    """Per declared field: (name, field, kind, allow_null, trim_whitespace, allow_blank,
+    max_length, min_length); kind is ``str`` (a ``StrictCharField``), ``bool`` (a
+    ``BooleanField``) or unsupported (any value given for it goes to the serializer)."""
+    plan = []
+    for name, field in serializer_cls._declared_fields.items():
+        kind: Any = _UNSUPPORTED
+        if not (field.read_only or field.source not in (None, field.field_name) or (
+                field.validators and not all(isinstance(v, _PLAIN_VALIDATORS) for v in field.validators))):
+            if type(field) is serializers.BooleanField:
+                kind = bool
+            elif isinstance(field, StrictCharField):
+                kind = str
+        plan.append((name, field, kind, field.allow_null, getattr(field, "trim_whitespace", False),
+                     getattr(field, "allow_blank", False), getattr(field, "max_length", None),
+                     getattr(field, "min_length", None)))
+    return tuple(plan)
 
 
 class ConversationCreateInput(serializers.Serializer):
