@@ -177,7 +177,10 @@ class RunDoorbell:
         self._event(key).set()
         callback = self._callbacks.get(key)
         if callback is not None:
-            callback()
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - a listener's failure must not stop the switchboard's loop
+                logger.exception("run %s: the %r ring's callback failed", self.run_id, key)
 
     def attach_now(self) -> bool:
         """:meth:`start` without suspending, when it can (no channel layer, or the process's
@@ -221,7 +224,7 @@ class RunDoorbell:
         event = self._event(key)
         if not event.is_set():
             try:
-                # asyncio.timeout, not wait_for: no task per wait (every run waits here for a cancel).
+                # asyncio.timeout, not wait_for: no task per wait.
                 async with asyncio.timeout(max(0.0, timeout)):
                     await event.wait()
             except TimeoutError:

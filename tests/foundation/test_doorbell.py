@@ -143,3 +143,24 @@ async def test_attach_now_refuses_before_the_switchboard_listens(monkeypatch):
         assert RunDoorbell("run-k").attach_now()
     finally:
         await bell.stop()
+
+
+async def test_a_failing_callback_is_logged_and_the_switchboard_keeps_delivering(caplog):
+    first = RunDoorbell("run-l")
+    await first.start()
+    bell = RunDoorbell("run-m")
+
+    def broken():
+        raise RuntimeError("listener bug")
+
+    bell.on("cancel", broken)
+    assert bell.attach_now()
+    try:
+        await ring("run-m", "cancel")
+        assert await bell.wait("cancel", 5)  # the event is set despite the failing callback
+        await ring("run-l", "cancel")
+        assert await first.wait("cancel", 5)  # and the switchboard still delivers
+    finally:
+        await bell.stop()
+        await first.stop()
+    assert "listener bug" in caplog.text
