@@ -35,7 +35,7 @@ from core.doorbell import RunDoorbell
 from core.errors import EngineError, ErrorCode
 from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, RunEventBase, ToolCallState,
                          ToolStatus)
-from core.scheduling import yield_to_readers
+from core.scheduling import detach, yield_to_readers
 from tools_app.runner import ToolRunner
 
 from .eventlog import LiveRun, LiveSubscription, StoredSubscription, Subscription, in_thread, insert_events
@@ -329,9 +329,6 @@ def _renew_leases(run_ids: list[str], lease: float) -> list[str]:
     return [str(i) for i in Run.objects.filter(id__in=run_ids, cancel_requested=True).values_list("id", flat=True)]
 
 
-_CANCEL_CHECKS: set[asyncio.Task] = set()
-
-
 def _cancel_rung(live: LiveRun) -> None:
     """A cancel ring for ``live``: the database is the truth, so read the flag, then cancel."""
     async def check() -> None:
@@ -340,9 +337,7 @@ def _cancel_rung(live: LiveRun) -> None:
 
     if live.done or not live.cancellable:  # ended, or its engine already returned: nothing to cancel
         return
-    task = asyncio.ensure_future(check())
-    _CANCEL_CHECKS.add(task)
-    task.add_done_callback(_CANCEL_CHECKS.discard)
+    detach(check())
 
 
 async def _run_engine(launch: RunLaunch, live: LiveRun, doorbell: RunDoorbell, spend: "_Spend") -> EngineResult:

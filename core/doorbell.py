@@ -78,11 +78,18 @@ class _Switchboard:
         """Joined (recently enough) and receiving: attaching a run needs no channel-layer call."""
         return self._task is not None and not self._task.done() and time.monotonic() - self._joined_at < REJOIN_SECONDS
 
+    def attach_listening(self, doorbell: "RunDoorbell") -> bool:
+        """:meth:`attach` when the switchboard listens already (no await); else False, nothing done."""
+        if not self.listening():
+            return False
+        self._doorbells[doorbell.run_id] = doorbell
+        return True
+
     async def attach(self, doorbell: "RunDoorbell") -> bool:
         """Route the run's rings to ``doorbell``; False when the channel layer cannot listen."""
-        self._doorbells[doorbell.run_id] = doorbell
-        if self.listening():
+        if self.attach_listening(doorbell):
             return True  # the common case: no channel-layer call, no await that suspends
+        self._doorbells[doorbell.run_id] = doorbell
         async with self._lock:
             try:
                 if self._channel is None:
@@ -191,9 +198,8 @@ class RunDoorbell:
         if self._events_only:
             return False
         board = _switchboard(self._layer)
-        if not board.listening():
+        if not board.attach_listening(self):
             return False
-        board._doorbells[self.run_id] = self
         self._board = board
         return True
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Awaitable
 
 from django.conf import settings
 
@@ -63,3 +64,14 @@ def _ready_queue() -> deque | None:
         return None
     ready = getattr(loop, "_ready", None)
     return ready if type(ready) is deque else None
+
+
+_DETACHED: set[asyncio.Task] = set()
+
+
+def detach(coroutine: Awaitable[None]) -> None:
+    """Run ``coroutine`` in a task of its own that nothing awaits (a clean-up a cancelled stream
+    must not cut short, a check a callback starts), kept referenced until it ends."""
+    task = asyncio.ensure_future(coroutine)
+    _DETACHED.add(task)
+    task.add_done_callback(_DETACHED.discard)

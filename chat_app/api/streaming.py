@@ -73,28 +73,33 @@ class DialectNegotiation(DefaultContentNegotiation):
     def select_parser(self, request: Request, parsers: list[Any]):
         """DRF's parser for the request's ``Content-Type``, remembered the same way (a type no
         parser takes is a 415 every time, never remembered)."""
-        key = (request.content_type, *map(type, parsers))
-        index = self._parsers.get(key)
-        if index is None:
-            parser = super().select_parser(request, parsers)
-            if parser is None:
-                return None
-            index = parsers.index(parser)
-            if len(self._parsers) >= self.MAX_REMEMBERED:
-                self._parsers.clear()
-            self._parsers[key] = index
-        return parsers[index]
+        def choose() -> int | None:
+            parser = super(DialectNegotiation, self).select_parser(request, parsers)
+            return None if parser is None else parsers.index(parser)
+
+        index = self._remember(self._parsers, (request.content_type, *map(type, parsers)), choose)
+        return None if index is None else parsers[index]
 
     def select_renderer(self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None):
+        def choose() -> tuple[int, str]:  # raises NotAcceptable (never remembered)
+            renderer, media_type = super(DialectNegotiation, self).select_renderer(request, renderers, format_suffix)
+            return renderers.index(renderer), media_type
+
         key = (request._request.META.get("HTTP_ACCEPT", "*/*"), format_suffix, *map(type, renderers))
-        hit = self._chosen.get(key)
+        index, media_type = self._remember(self._chosen, key, choose)
+        return renderers[index], media_type
+
+    @classmethod
+    def _remember(cls, table: dict[tuple[Any, ...], Any], key: tuple[Any, ...], choose: Callable[[], Any]) -> Any:
+        """``table[key]``, else ``choose()`` kept there (unless None); at most MAX_REMEMBERED keys."""
+        hit = table.get(key)
         if hit is None:
-            renderer, media_type = super().select_renderer(request, renderers, format_suffix)
-            hit = (renderers.index(renderer), media_type)
-            if len(self._chosen) >= self.MAX_REMEMBERED:
-                self._chosen.clear()
-            self._chosen[key] = hit
-        return renderers[hit[0]], hit[1]
+            hit = choose()
+            if hit is not None:
+                if len(table) >= cls.MAX_REMEMBERED:
+                    table.clear()
+                table[key] = hit
+        return hit
 
 
 class AsyncApiView(APIView):

@@ -19,6 +19,7 @@ import re
 from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar
 
 from core.events import RecordedEvent, TextDelta, to_json
+from core.scheduling import detach
 from orchestrator_site.registry import register_subclass
 
 logger = logging.getLogger("orchestrator.transports")
@@ -206,16 +207,6 @@ async def stream_run(dialect: Dialect, subscription: Any, *, ping_interval: floa
         if not ended and on_abandon is not None:
             detach(on_abandon())
         await _close_quietly(subscription)
-
-
-_DETACHED: set[asyncio.Task] = set()
-
-
-def detach(coroutine: Awaitable[None]) -> None:
-    """Run a clean-up in its own task, so a cancelled stream cannot cut it short."""
-    task = asyncio.ensure_future(coroutine)
-    _DETACHED.add(task)
-    task.add_done_callback(_DETACHED.discard)
 
 
 async def _close_quietly(subscription: Any) -> None:
