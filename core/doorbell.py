@@ -132,6 +132,16 @@ async def _receive_forever(layer: Any, channel: str, handle: Any, who: str) -> N
         handle(message)
 
 
+# Cancelled listeners still finishing (see RunDoorbell.stop).
+_ENDING: set[asyncio.Task] = set()
+
+
+def _ended(task: asyncio.Task) -> None:
+    _ENDING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("a run doorbell's listener failed while stopping", exc_info=task.exception())
+
+
 _SWITCHBOARDS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Switchboard]" = weakref.WeakKeyDictionary()
 
 
@@ -243,9 +253,15 @@ class RunDoorbell:
             self._board.detach(self)
             self._board = None
         if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            task, self._task = self._task, None
+            task.cancel()
+            # Not awaited. On channels-redis, awaiting the cancelled receive could hang the
+            # reader's stream: it happened on the third replay of a finished run in a row, and the
+            # response never ended. Not awaited, the receive ended within milliseconds. A stream
+            # must not wait on the layer's clean-up to end its response; the task is kept until
+            # it ends.
+            _ENDING.add(task)
+            task.add_done_callback(_ended)
         if self._layer is not None and self._channel:
             with contextlib.suppress(Exception):
                 await self._layer.group_discard(self._group, self._channel)
