@@ -28,6 +28,8 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from core.scheduling import detach
+
 logger = logging.getLogger("orchestrator.doorbell")
 
 
@@ -130,16 +132,6 @@ async def _receive_forever(layer: Any, channel: str, handle: Any, who: str) -> N
             await asyncio.sleep(1.0)
             continue
         handle(message)
-
-
-# Cancelled listeners still finishing (see RunDoorbell.stop).
-_ENDING: set[asyncio.Task] = set()
-
-
-def _ended(task: asyncio.Task) -> None:
-    _ENDING.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("a run doorbell's listener failed while stopping", exc_info=task.exception())
 
 
 _SWITCHBOARDS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Switchboard]" = weakref.WeakKeyDictionary()
@@ -260,8 +252,7 @@ class RunDoorbell:
             # response never ended. Not awaited, the receive ended within milliseconds. A stream
             # must not wait on the layer's clean-up to end its response; the task is kept until
             # it ends.
-            _ENDING.add(task)
-            task.add_done_callback(_ended)
+            detach(task)
         if self._layer is not None and self._channel:
             with contextlib.suppress(Exception):
                 await self._layer.group_discard(self._group, self._channel)

@@ -71,7 +71,8 @@ _DETACHED: set[asyncio.Task] = set()
 
 def detach(coroutine: Awaitable[None]) -> None:
     """Run ``coroutine`` in a task of its own that nothing awaits (a clean-up a cancelled stream
-    must not cut short, a check a callback starts), kept referenced until it ends."""
+    must not cut short, a check a callback starts), kept referenced until it ends; given a task
+    (a cancelled listener still finishing), keep it referenced until it ends."""
     task = asyncio.ensure_future(coroutine)
     _DETACHED.add(task)
     task.add_done_callback(_DETACHED.discard)

@@ -173,7 +173,7 @@ async def test_a_readers_stop_does_not_wait_for_the_layer_to_finish_a_cancelled_
     # channels-redis can take seconds to finish a cancelled receive; a reader's stream ends its
     # response without waiting for that (on Redis, awaiting it hung the stream), and the listener
     # is kept until it ends on its own.
-    from core import doorbell
+    from core import scheduling
 
     layer = get_channel_layer()
     cancelled, finish = asyncio.Event(), asyncio.Event()
@@ -193,7 +193,7 @@ async def test_a_readers_stop_does_not_wait_for_the_layer_to_finish_a_cancelled_
     await asyncio.sleep(0)  # the listener is inside receive
     await asyncio.wait_for(reader.stop(), 1)
     await asyncio.wait_for(cancelled.wait(), 1)
-    assert not listener.done() and listener in doorbell._ENDING
+    assert not listener.done() and listener in scheduling._DETACHED
     finish.set()
     await asyncio.wait_for(asyncio.wait({listener}), 1)
-    assert listener.cancelled() and listener not in doorbell._ENDING
+    assert listener.cancelled() and listener not in scheduling._DETACHED
