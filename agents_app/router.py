@@ -21,6 +21,9 @@ from core.errors import InvalidInput
 
 from .engines import engine_names, get_engine
 from .models import Agent
+from .providers import budgets, health
+from .providers.registry import provider_registry
+from .providers.routing import estimate_tokens, route_providers
 
 logger = logging.getLogger("orchestrator.router")
 _warned: set[str] = set()
@@ -53,10 +56,6 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
         InvalidInput: unknown engine, provider or model.
         ApplicationError: 429 ``budget_exceeded``; 503 ``provider_unavailable`` (a pinned provider without its key).
     """
-    from .providers import budgets, health
-    from .providers.registry import provider_registry
-    from .providers.routing import estimate_tokens, route_providers
-
     registry = provider_registry()
     requested = engine or agent.engine
     if provider and (pinned := registry.get(provider)) is not None and pinned.engine:

@@ -33,9 +33,18 @@ class JSONBodyParser(JSONParser):
             # differs from bytes.decode at the edges (a missing byte order mark).
             return super().parse(stream, media_type, parser_context)
         try:
-            text = stream.read().decode("utf-8")
-            if text.startswith("\ufeff"):
-                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-            return (_STRICT if self.strict else _LENIENT).decode(text)
+            return self.parse_utf8(stream.read())
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}")
+
+    def parse_utf8(self, body: bytes):
+        """A UTF-8 body's value; ``ValueError`` (``UnicodeDecodeError``, ``JSONDecodeError``)
+        where :meth:`parse` raises its ``ParseError``."""
+        text = body.decode("utf-8")
+        if text.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return (_STRICT if self.strict else _LENIENT).decode(text)
+
+    @staticmethod
+    def is_utf8(encoding: str) -> bool:
+        return encoding.lower() in _UTF8

@@ -181,6 +181,8 @@ def route_providers(*, registry: Registry, engine: str, agent_model: str, task: 
         # A provider that lists no models but runs any (an Ollama) offers the agent's model.
         out += [Candidate(p, m) for p in providers if not p.models and p.open_models
                 and (m := p.model(agent_model or p.default_model)) is not None]
+        if len(out) < 2:
+            return out  # nothing to order (one implicit provider with its one model: the common case)
         return sorted(out, key=lambda c: (order[c.provider.name], c.provider.priority, _price_key(c), c.model.name))
 
     everything = all_models(ordered)
@@ -190,11 +192,11 @@ def route_providers(*, registry: Registry, engine: str, agent_model: str, task: 
     chosen: Candidate | None = None
     selection: Callable[[Candidate], bool] = lambda c: True
     if model:
-        exact = [Candidate(p, m) for p in ordered for m in p.models if m.name == model]
-        # A short name (ACP's ``--model haiku``) picks the catalogued model whose name contains it.
-        partial = [c for c in everything if c.model.tier and model.lower() in c.model.name.lower()]
-        open_ = [Candidate(p, m) for p in ordered if p.open_models and (m := p.model(model)) is not None]
-        served = exact or partial or open_
+        # The catalogued model of that name, else (ACP's ``--model haiku``) the catalogued model
+        # whose name contains it, else a provider that runs any model.
+        served = [Candidate(p, m) for p in ordered for m in p.models if m.name == model] or \
+            [c for c in everything if c.model.tier and model.lower() in c.model.name.lower()] or \
+            [Candidate(p, m) for p in ordered if p.open_models and (m := p.model(model)) is not None]
         if not served:
             raise InvalidInput(f"No available provider serves model {model!r}.", code="unknown_model",
                                extra={"models": sorted({c.model.name for c in everything})})
