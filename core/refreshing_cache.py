@@ -56,8 +56,9 @@ def _close_connections() -> None:
 class RefreshingCache(Generic[V]):
     """``key -> value`` for ``ttl()`` seconds, then served stale while it reloads; see the module."""
 
-    def __init__(self, name: str, *, ttl: Callable[[], float], max_entries: int = 10_000):
+    def __init__(self, name: str, *, ttl: Callable[[], float], max_entries: int = 10_000, secret_keys: bool = False):
         self.name = name
+        self._secret_keys = secret_keys  # keys are credentials: never in a log line
         self._ttl = ttl
         self._max_entries = max_entries
         self._entries: dict[Hashable, tuple[float, V]] = {}
@@ -120,7 +121,8 @@ class RefreshingCache(Generic[V]):
         try:
             value = load()
         except Exception:  # noqa: BLE001 - the next request loads it itself and sees the error
-            logger.warning("reloading %s %r failed; the next request loads it", self.name, key, exc_info=True)
+            logger.warning("reloading %s %s failed; the next request loads it", self.name,
+                           "(a key not logged)" if self._secret_keys else repr(key), exc_info=True)
             with self._lock:
                 if generation == self._generation:
                     self._entries.pop(key, None)

@@ -1,25 +1,25 @@
 """Authentication: DRF tokens as ``Token <key>`` or ``Bearer <key>``, and the browser session."""
 from __future__ import annotations
 
-import threading
-import time
-
 from django.conf import settings
 from rest_framework import exceptions
 from rest_framework import HTTP_HEADER_ENCODING
 from rest_framework.authentication import TokenAuthentication
 
-# token key -> (expires, user). Every streaming request authenticates; a token rarely changes.
-# Deleting a token or saving its user clears this at once in this process (orchestrator_site
-# apps wiring below); other processes honour a revocation within AUTH_TOKEN_CACHE_SECONDS.
-_TOKENS: dict[str, tuple[float, object]] = {}
-_TOKENS_LOCK = threading.Lock()
-_MAX_CACHED_TOKENS = 10_000
+from core.refreshing_cache import RefreshingCache, seconds_setting
+
+# token key -> its user. Every streaming request authenticates; a token rarely changes. Deleting a
+# token or saving its user clears this at once in this process (the wiring below). Past
+# AUTH_TOKEN_CACHE_SECONDS the user is served once more while a background thread reloads it
+# (core/refreshing_cache.py: no request waits on that query; a reload that finds the token gone or
+# its user inactive drops the entry, and the next request is refused): other processes honour a
+# revocation within AUTH_TOKEN_CACHE_SECONDS and the next use after it.
+_TOKENS: RefreshingCache[object] = RefreshingCache(
+    "auth token", ttl=seconds_setting("AUTH_TOKEN_CACHE_SECONDS"), secret_keys=True)
 
 
 def token_cache_clear(**_: object) -> None:
-    with _TOKENS_LOCK:
-        _TOKENS.clear()
+    _TOKENS.clear()
 
 
 class BearerOrTokenAuthentication(TokenAuthentication):
@@ -40,18 +40,11 @@ class BearerOrTokenAuthentication(TokenAuthentication):
         return self.authenticate_credentials(key)
 
     def authenticate_credentials(self, key):
-        ttl = float(getattr(settings, "AUTH_TOKEN_CACHE_SECONDS", 0) or 0)
-        hit = _TOKENS.get(key) if ttl > 0 else None
-        if hit is not None and hit[0] > time.monotonic():
-            # A copy per request: per-instance caches (permissions) must not leak between requests.
-            return _copy_user(hit[1]), key
-        user, token = super().authenticate_credentials(key)
-        if ttl > 0:
-            with _TOKENS_LOCK:
-                if len(_TOKENS) >= _MAX_CACHED_TOKENS:
-                    _TOKENS.clear()
-                _TOKENS[key] = (time.monotonic() + ttl, user)
-        return user, token
+        if float(getattr(settings, "AUTH_TOKEN_CACHE_SECONDS", 0) or 0) <= 0:
+            return super().authenticate_credentials(key)
+        user = _TOKENS.get(key, lambda: super(BearerOrTokenAuthentication, self).authenticate_credentials(key)[0])
+        # A copy per request: per-instance caches (permissions) must not leak between requests.
+        return _copy_user(user), key
 
 
 def _authorization_header(request) -> bytes:

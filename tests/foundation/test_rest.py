@@ -170,6 +170,40 @@ def test_token_cache_revocation_takes_effect_at_once(settings, user, token):
     assert client.get("/v1/conversations").status_code == 401
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_expired_token_is_reloaded_in_the_background_and_a_revocation_elsewhere_then_refused(
+        settings, user, token, caplog):
+    """Past AUTH_TOKEN_CACHE_SECONDS the cached user is served once more while a background
+    thread reloads it; a token deleted meanwhile (as by another process: no signal here) is
+    dropped by that reload, and the next request is refused. The token never reaches the log."""
+    import time
+
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    from orchestrator_site import auth
+
+    settings.AUTH_TOKEN_CACHE_SECONDS = 60
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/v1/conversations").status_code == 200
+    with connection.cursor() as cursor:  # as another process would: no delete signal here
+        cursor.execute(f"DELETE FROM {Token._meta.db_table} WHERE key = %s", [token])
+    assert client.get("/v1/conversations").status_code == 200  # within the TTL: still cached
+    expires, cached = auth._TOKENS._entries[token]
+    auth._TOKENS._entries[token] = (time.monotonic() - 1, cached)
+    assert client.get("/v1/conversations").status_code == 200  # expired: served once more, reloading
+    auth._TOKENS.drain()
+    deadline = time.monotonic() + 10
+    while token in auth._TOKENS._entries and time.monotonic() < deadline:
+        auth._TOKENS.drain()
+    assert token not in auth._TOKENS._entries
+    assert client.get("/v1/conversations").status_code == 401
+    assert "reloading auth token" in caplog.text
+    assert token not in caplog.text
+
+
 def test_agent_cache_sees_an_admin_edit_and_a_claude_md_edit(settings, agents):
     from agents_app.selectors import agent_for_run
 
