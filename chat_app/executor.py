@@ -35,6 +35,7 @@ from core.doorbell import RunDoorbell
 from core.errors import EngineError, ErrorCode
 from core.events import (AssistantMessage, RecordedEvent, RunEnded, RunError, RunEventBase, ToolCallState,
                          ToolStatus)
+from core.refreshing_cache import defer_loads_while
 from core.scheduling import detach, yield_to_readers
 from tools_app.runner import ToolRunner
 
@@ -169,6 +170,8 @@ class InProcessExecutor:
         # Runs submitted that have not yet published anything after agent.start (their model's
         # first output): while any is, deferred start rows wait (see submit).
         self._starting: set[str] = set()
+        # The caches' background reloads (agent specs, the registry, tokens) wait for that too.
+        defer_loads_while(self._bursting)
 
     # --- the interface -----------------------------------------------------------------------
     def submit(self, launch: RunLaunch) -> None:

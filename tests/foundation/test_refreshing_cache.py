@@ -131,3 +131,60 @@ def test_an_agent_edited_elsewhere_is_served_once_more_then_reloaded(settings, a
     with pytest.raises(NotFound):  # disabled elsewhere: the reload failed, so the next start says so
         agent_for_run(role="coder")
     _SPECS.clear()
+
+
+def test_a_background_load_waits_while_the_process_is_busy_starting_streams(monkeypatch):
+    from core import refreshing_cache
+
+    busy = threading.Event()
+    busy.set()
+    asked = threading.Semaphore(0)
+
+    def starting() -> bool:
+        asked.release()
+        return busy.is_set()
+
+    monkeypatch.setattr(refreshing_cache, "_BUSY", [])
+    monkeypatch.setattr(refreshing_cache, "REFRESH_DELAY", 0.0)
+    refreshing_cache.defer_loads_while(starting)
+    refreshing_cache.defer_loads_while(starting)  # once, however often it is registered
+    assert refreshing_cache._BUSY == [starting]
+    cache, source = RefreshingCache("t", ttl=lambda: 60), _Source()
+    cache.get("k", source.load)
+    _expire(cache, "k")
+    source.value = "v2"
+    assert cache.get("k", source.load) == "v1"
+    for _ in range(3):  # the loader asked, and asked again: it is waiting, not loading
+        assert asked.acquire(timeout=10)
+    assert source.calls == 1
+    busy.clear()
+    cache.drain()
+    assert source.calls == 2 and cache.get("k", source.load) == "v2"
+
+
+def test_a_background_load_waits_for_a_busy_process_at_most_refresh_max_delay(monkeypatch):
+    from core import refreshing_cache
+
+    monkeypatch.setattr(refreshing_cache, "_BUSY", [lambda: True])
+    monkeypatch.setattr(refreshing_cache, "REFRESH_DELAY", 0.0)
+    monkeypatch.setattr(refreshing_cache, "REFRESH_MAX_DELAY", 0.05)
+    cache, source = RefreshingCache("t", ttl=lambda: 60), _Source()
+    cache.get("k", source.load)
+    _expire(cache, "k")
+    source.value = "v2"
+    cache.get("k", source.load)
+    cache.drain()
+    assert source.calls == 2 and cache.get("k", source.load) == "v2"
+
+
+def test_the_run_executor_defers_background_loads_while_a_run_awaits_its_first_output():
+    from chat_app.executor import get_executor
+    from core import refreshing_cache
+
+    executor = get_executor()
+    assert executor._bursting in refreshing_cache._BUSY
+    executor._starting.add("a-run")
+    try:
+        assert refreshing_cache._busy()
+    finally:
+        executor._starting.discard("a-run")
