@@ -16,6 +16,20 @@ from typing import Callable
 from core.blocking import refuse_on_event_loop
 
 
+# Bumped whenever what the probes (or the providers' passive health) say may have changed: a
+# probe's answer differs from its last, a cache was cleared, a provider failed. The router
+# remembers a decision only while this stays the same (agents_app/router.py).
+_GENERATION = [0]
+
+
+def health_generation() -> int:
+    return _GENERATION[0]
+
+
+def health_changed() -> None:
+    _GENERATION[0] += 1
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     ok: bool
@@ -56,14 +70,19 @@ class CachedProbe:
                 reason = f"{type(exc).__name__}: {exc}"
             result = ProbeResult(ok=reason is None, reason=reason or "",
                                  latency_ms=round((time.monotonic() - started) * 1000, 1), checked_at=time.time())
+            previous = self._results.get(target)
             self._results[target] = (time.monotonic(), result)
+            if previous is None or (previous[1].ok, previous[1].reason) != (result.ok, result.reason):
+                health_changed()
             return result
         finally:
             lock.release()
 
     def clear(self) -> None:
         self._results.clear()
+        health_changed()
 
     def forget(self, target: str) -> None:
         """Drop one target's cached answer: the next ``result`` checks again."""
         self._results.pop(target, None)
+        health_changed()

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import time
 from dataclasses import dataclass
 from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
 
 from core.errors import InvalidInput
 
 from .engines import engine_names, get_engine
 from .models import Agent
 from .providers import budgets, health
-from .providers.registry import provider_registry
+from .providers.registry import ModelInfo, provider_registry
 from .providers.routing import estimate_tokens, route_providers
 
 logger = logging.getLogger("orchestrator.router")
@@ -45,6 +50,33 @@ class Route:
 def route_run(*, agent: Agent, engine: str | None = None, model: str | None = None, provider: str | None = None,
               user: Any = None, task: str = "", history: list[dict[str, str]] | None = None,
               spend: Any = None) -> Route:
+    """Choose where a run executes (see :func:`_decide`; a decision may come from the memo below)."""
+    registry = provider_registry()
+    tokens = estimate_tokens(task, agent.system_prompt or "", *((h.get("content") or "") for h in (history or [])))
+    key = _memo_key(registry, agent=agent, engine=engine, model=model, provider=provider, tokens=tokens)
+    if key is not None:
+        hit = _MEMO.get(key)
+        if hit is not None and hit[0] is registry and hit[1] > time.monotonic():
+            return hit[2]
+    route = _decide(registry, tokens, agent=agent, engine=engine, model=model, provider=provider, user=user,
+                    task=task, spend=spend)
+    if key is not None and key[1] != health.health_generation():
+        # Health changed while deciding (this decision's own first probes, say): decide again on
+        # what is known now, and remember that only if nothing changed meanwhile.
+        key = key[:1] + (health.health_generation(),) + key[2:]
+        route = _decide(registry, tokens, agent=agent, engine=engine, model=model, provider=provider, user=user,
+                        task=task, spend=spend)
+        if key[1] != health.health_generation():
+            key = None
+    if key is not None and not any(health.cooldown_until(p.name) for p in registry.providers):
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        _MEMO[key] = (registry, time.monotonic() + float(getattr(settings, "ROUTE_MEMO_SECONDS", 0) or 0), route)
+    return route
+
+
+def _decide(registry: Any, tokens: int, *, agent: Agent, engine: str | None, model: str | None,
+            provider: str | None, user: Any, task: str, spend: Any) -> Route:
     """Choose where a run executes.
 
     Args:
@@ -56,7 +88,6 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
         InvalidInput: unknown engine, provider or model.
         ApplicationError: 429 ``budget_exceeded``; 503 ``provider_unavailable`` (a pinned provider without its key).
     """
-    registry = provider_registry()
     requested = engine or agent.engine
     if provider and (pinned := registry.get(provider)) is not None and pinned.engine:
         requested = pinned.engine  # a provider speaks one protocol: its engine runs it
@@ -81,7 +112,6 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
             p.kind == "ollama" and (r := health.probe(p)) is not None and not r.ok))
         if len(answering) != len(registry.providers):
             usable = _without_silent(registry, answering)
-    tokens = estimate_tokens(task, agent.system_prompt or "", *((h.get("content") or "") for h in (history or [])))
     decision = route_providers(
         registry=usable, engine=requested, agent_model=model or agent.model or engine_cls.default_model(),
         task=task, tokens=tokens, provider=provider, model=model, budget=budget,
@@ -103,6 +133,48 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
         return Route(engine=fallback_cls.name, provider=fallback_cls.provider, model=fallback_cls.default_model(), note=note)
     chosen_model = model or agent.model or engine_cls.default_model()
     return Route(engine=engine_cls.name, provider=engine_cls.provider, model=chosen_model, note=note)
+
+
+# --- the router's decision, remembered briefly ---------------------------------------------------
+# After DRF, the router was the largest part of a chat start's view time (~28 us hot, several
+# times that under load, on every start). Its decision depends on the request's engine, model and
+# provider, the agent's engine and model, the registry (an immutable snapshot, replaced when
+# anything in it is saved or reloaded), the providers' keys, their health, budgets and spend
+# limits, the routing rules (which read the task) and the context size (which decides which
+# models fit). It is remembered when none of the volatile parts takes part — no budget and no
+# spend limit configured, no rule consulted (the request names a model, or no model is catalogued
+# with a tier), no provider cooling down — keyed on the rest (the context size as which context
+# windows it fits), for ROUTE_MEMO_SECONDS (1 s by default; 0: off). Any change of provider health
+# (a failure, a probe's new answer, a reset) or of a setting forgets it at once; a probe or a
+# cooldown that merely runs out of time is seen within those seconds.
+_MEMO: dict[tuple, tuple[Any, float, Route]] = {}
+_MEMO_MAX = 1024
+# (registry, its distinct context windows, whether any model has a tier): for the last registry.
+_SHAPE: list[tuple[Any, tuple[int, ...], bool]] = []
+
+
+def _memo_key(registry: Any, *, agent: Agent, engine: str | None, model: str | None, provider: str | None,
+              tokens: int) -> tuple | None:
+    if not getattr(settings, "ROUTE_MEMO_SECONDS", 0) or registry.has_budgets:
+        return None
+    shape = _SHAPE[0] if _SHAPE and _SHAPE[0][0] is registry else None
+    if shape is None:
+        windows = {m.context_window for p in registry.providers for m in p.models} | {ModelInfo("", "").context_window}
+        catalogued = any(m.tier for p in registry.providers for m in p.models)
+        shape = (registry, tuple(sorted(windows)), catalogued)
+        _SHAPE[:] = [shape]
+    if (shape[2] and not model) or any(p.spend_limit is not None for p in registry.providers):
+        return None
+    keys = tuple(bool(os.environ.get(p.api_key_env)) for p in registry.providers if p.api_key_env)
+    return (id(registry), health.health_generation(), engine, model, provider, agent.engine, agent.model,
+            tuple(w >= tokens for w in shape[1]), keys)
+
+
+def route_memo_clear(**_: Any) -> None:
+    _MEMO.clear()
+
+
+setting_changed.connect(route_memo_clear, dispatch_uid="router-memo-settings")
 
 
 # (registry, the providers that answer, the registry of those): the last one made, reused while
@@ -137,9 +209,7 @@ def engine_status() -> dict[str, dict[str, str | bool]]:
 
 def provider_status_list(*, check: bool = True) -> list[dict[str, Any]]:
     """Every provider (configured and implicit) with its models, prices and health; never keys."""
-    from .providers import health
     from .providers.pricing import model_price
-    from .providers.registry import provider_registry
 
     out = []
     for p in provider_registry().providers:

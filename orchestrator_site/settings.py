@@ -246,6 +246,9 @@ PROVIDER_FAILURE_THRESHOLD = env_int("PROVIDER_FAILURE_THRESHOLD", 3)
 PROVIDER_COOLDOWN_MAX = env_float("PROVIDER_COOLDOWN_MAX", 600.0)
 # Candidates a run may try (the chosen one plus failovers).
 PROVIDER_MAX_ATTEMPTS = env_int("PROVIDER_MAX_ATTEMPTS", 3)
+# How long the router's decision for the same request shape is reused (agents_app/router.py:
+# never with budgets, spend limits or routing rules in play; provider health changes forget it).
+ROUTE_MEMO_SECONDS = env_float("ROUTE_MEMO_SECONDS", 1.0)
 
 # --- Runs, streams, confirmations -----------------------------------------------------------
 WORKSPACES_ROOT = Path(env("WORKSPACES_ROOT", str(BASE_DIR / "workspaces"))).resolve()

@@ -26,7 +26,7 @@ from typing import Any
 import requests
 from django.conf import settings
 
-from agents_app.health import CachedProbe, ProbeResult
+from agents_app.health import CachedProbe, ProbeResult, health_changed, health_generation  # noqa: F401 (for the router)
 
 from .registry import ProviderInfo
 
@@ -67,6 +67,7 @@ def provider_failure(*, name: str, code: str, message: str = "", retry_after: fl
     """Count a failed attempt; returns the cooldown end (``time.time()``) when it started one."""
     now = time.time()
     s = _state(name)
+    health_changed()  # a cooldown may start (and the router's remembered decisions go)
     s.streak += 1
     s.errors.append((now, code))
     s.last_error = f"{code}: {message}"[:300]
@@ -96,7 +97,7 @@ def reset_health() -> None:
     """Forget everything learned (tests; an admin saving a provider)."""
     with _LOCK:
         _STATES.clear()
-    PROBE.clear()
+    PROBE.clear()  # (which counts as a health change)
 
 
 # --- active probes -----------------------------------------------------------------------------
