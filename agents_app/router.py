@@ -25,6 +25,7 @@ from django.core.signals import setting_changed
 from core.errors import InvalidInput
 
 from .engines import engine_names, get_engine
+from .health import health_generation
 from .models import Agent
 from .providers import budgets, health
 from .providers.registry import ModelInfo, provider_registry
@@ -58,15 +59,18 @@ def route_run(*, agent: Agent, engine: str | None = None, model: str | None = No
         hit = _MEMO.get(key)
         if hit is not None and hit[0] is registry and hit[1] > time.monotonic():
             return hit[2]
-    route = _decide(registry, tokens, agent=agent, engine=engine, model=model, provider=provider, user=user,
-                    task=task, spend=spend)
-    if key is not None and key[1] != health.health_generation():
+
+    def decide() -> Route:
+        return _decide(registry, tokens, agent=agent, engine=engine, model=model, provider=provider, user=user,
+                       task=task, spend=spend)
+
+    route = decide()
+    if key is not None and key[-1] != health_generation():
         # Health changed while deciding (this decision's own first probes, say): decide again on
         # what is known now, and remember that only if nothing changed meanwhile.
-        key = key[:1] + (health.health_generation(),) + key[2:]
-        route = _decide(registry, tokens, agent=agent, engine=engine, model=model, provider=provider, user=user,
-                        task=task, spend=spend)
-        if key[1] != health.health_generation():
+        key = (*key[:-1], health_generation())
+        route = decide()
+        if key[-1] != health_generation():
             key = None
     if key is not None and not any(health.cooldown_until(p.name) for p in registry.providers):
         if len(_MEMO) >= _MEMO_MAX:
@@ -149,25 +153,27 @@ def _decide(registry: Any, tokens: int, *, agent: Agent, engine: str | None, mod
 # cooldown that merely runs out of time is seen within those seconds.
 _MEMO: dict[tuple, tuple[Any, float, Route]] = {}
 _MEMO_MAX = 1024
-# (registry, its distinct context windows, whether any model has a tier): for the last registry.
+# (registry, its distinct context windows, whether the memo may serve it at all): the last registry.
 _SHAPE: list[tuple[Any, tuple[int, ...], bool]] = []
 
 
 def _memo_key(registry: Any, *, agent: Agent, engine: str | None, model: str | None, provider: str | None,
               tokens: int) -> tuple | None:
-    if not getattr(settings, "ROUTE_MEMO_SECONDS", 0) or registry.has_budgets:
+    if not getattr(settings, "ROUTE_MEMO_SECONDS", 0):
         return None
     shape = _SHAPE[0] if _SHAPE and _SHAPE[0][0] is registry else None
     if shape is None:
         windows = {m.context_window for p in registry.providers for m in p.models} | {ModelInfo("", "").context_window}
         catalogued = any(m.tier for p in registry.providers for m in p.models)
-        shape = (registry, tuple(sorted(windows)), catalogued)
+        volatile = registry.has_budgets or any(p.spend_limit is not None for p in registry.providers)
+        shape = (registry, tuple(sorted(windows)), None if volatile else catalogued)
         _SHAPE[:] = [shape]
-    if (shape[2] and not model) or any(p.spend_limit is not None for p in registry.providers):
-        return None
+    if shape[2] is None or (shape[2] and not model):
+        return None  # budgets or spend limits take part, or the routing rules read the task
     keys = tuple(bool(os.environ.get(p.api_key_env)) for p in registry.providers if p.api_key_env)
-    return (id(registry), health.health_generation(), engine, model, provider, agent.engine, agent.model,
-            tuple(w >= tokens for w in shape[1]), keys)
+    # The health generation last: a decision re-made after a health change is kept under the new one.
+    return (id(registry), engine, model, provider, agent.engine, agent.model, tuple(w >= tokens for w in shape[1]),
+            keys, health_generation())
 
 
 def route_memo_clear(**_: Any) -> None:

@@ -28,7 +28,7 @@ class JSONBodyParser(JSONParser):
 
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = get_encoding(parser_context or {})  # DRF's: text encodings only (no bz2_codec bombs)
-        if encoding.lower() not in _UTF8:
+        if not self.is_utf8(encoding):
             # Other charsets (a UTF-16 body, say) decode through DRF's stream reader, which
             # differs from bytes.decode at the edges (a missing byte order mark).
             return super().parse(stream, media_type, parser_context)

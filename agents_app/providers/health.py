@@ -26,7 +26,7 @@ from typing import Any
 import requests
 from django.conf import settings
 
-from agents_app.health import CachedProbe, ProbeResult, health_changed, health_generation  # noqa: F401 (for the router)
+from agents_app.health import CachedProbe, ProbeResult, health_changed
 
 from .registry import ProviderInfo
 

@@ -25,10 +25,10 @@ from asgiref.sync import SyncToAsync, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import SynchronousOnlyOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.utils.datastructures import MultiValueDict
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
-from django.utils.datastructures import MultiValueDict
 from rest_framework.request import Empty, Request
 from rest_framework.views import APIView
 
