@@ -197,3 +197,185 @@ async def test_the_claude_engines_clients_use_it(settings, raw_server):
         assert raw_server.first_chunks[-1].endswith(b'\r\n\r\n{"x":1}')
     finally:
         release()
+
+
+# --- the asyncio backend: reads without yielding, httpcore's errors, TLS ---------------------
+import ssl  # noqa: E402
+import struct  # noqa: E402
+
+import trustme  # noqa: E402
+
+from core import http_transport  # noqa: E402
+from core.http_transport import AsyncioBackend, AsyncioStream  # noqa: E402
+
+
+async def _until(condition, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not condition():
+        assert loop.time() < end, "condition not met in time"
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+async def peer():
+    """A TCP server on 127.0.0.1 whose connections the test drives: ``peer.writers[i]``."""
+    state = type("Peer", (), {})()
+    state.writers, state.readers = [], []
+
+    async def accept(reader, writer):
+        state.readers.append(reader)
+        state.writers.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    state.port = server.sockets[0].getsockname()[1]
+    yield state
+    for writer in state.writers:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def _connect(peer) -> AsyncioStream:
+    stream = await AsyncioBackend().connect_tcp("127.0.0.1", peer.port, timeout=5)
+    await _until(lambda: peer.writers)
+    return stream
+
+
+async def test_a_read_that_finds_data_returns_it_without_yielding_to_the_loop(peer):
+    stream = await _connect(peer)
+    peer.writers[0].write(b"HTTP/1.1 200 OK\r\n")
+    await _until(lambda: stream._protocol.chunks)
+    coroutine = stream.read(65536)
+    with pytest.raises(StopIteration) as done:
+        coroutine.send(None)  # it returns at once: no pass of the event loop in between
+    assert done.value.value == b"HTTP/1.1 200 OK\r\n"
+    await stream.aclose()
+
+
+async def test_reads_wait_for_data_split_to_max_bytes_and_end_with_empty_bytes(peer):
+    stream = await _connect(peer)
+    reading = asyncio.ensure_future(stream.read(4))
+    await asyncio.sleep(0.01)
+    assert not reading.done()
+    peer.writers[0].write(b"abcdefgh")
+    assert await asyncio.wait_for(reading, 5) == b"abcd"
+    assert await stream.read(100) == b"efgh"
+    peer.writers[0].close()
+    assert await asyncio.wait_for(stream.read(100), 5) == b""  # the server closed
+    assert stream.get_extra_info("is_readable") is True  # so the pool would not reuse it
+    with pytest.raises(httpcore2.WriteError):
+        await stream.write(b"more")
+
+
+async def test_a_read_times_out_as_httpcores(peer):
+    stream = await _connect(peer)
+    with pytest.raises(httpcore2.ReadTimeout):
+        await stream.read(100, timeout=0.05)
+    peer.writers[0].write(b"late")
+    assert await asyncio.wait_for(stream.read(100), 5) == b"late"  # still usable
+    await stream.aclose()
+
+
+async def test_a_reset_connection_is_a_read_error(peer):
+    stream = await _connect(peer)
+    sock = peer.writers[0].get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    peer.writers[0].transport.abort()  # an RST, not a FIN
+    with pytest.raises(httpcore2.ReadError):
+        await asyncio.wait_for(stream.read(100), 5)
+
+
+async def test_a_refused_connection_is_a_connect_error():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, not listening: refused
+        with pytest.raises(httpcore2.ConnectError):
+            await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
+
+
+async def test_socket_options_are_applied(peer):
+    stream = await AsyncioBackend().connect_tcp("127.0.0.1", peer.port, timeout=5,
+                                                socket_options=[(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)])
+    assert stream.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert stream.get_extra_info("server_addr")[1] == peer.port
+    await stream.aclose()
+
+
+async def test_a_slow_reader_pauses_the_socket_and_loses_nothing(peer, monkeypatch):
+    monkeypatch.setattr(http_transport, "READ_HIGH_WATER", 4096)
+    monkeypatch.setattr(http_transport, "READ_LOW_WATER", 1024)
+    stream = await _connect(peer)
+    payload = bytes(range(256)) * 2048  # 512 KiB
+    peer.writers[0].write(payload)
+    await _until(lambda: stream._protocol.paused)
+    assert stream._protocol.size < len(payload)  # the rest waits in the kernel and the peer's buffer
+    got = bytearray()
+    while len(got) < len(payload):
+        got += await asyncio.wait_for(stream.read(65536), 5)
+    assert bytes(got) == payload and not stream._protocol.paused
+    await stream.aclose()
+
+
+async def test_a_unix_socket_connects_too(tmp_path):
+    path = str(tmp_path / "s")
+
+    async def answer(reader, writer):
+        writer.write(await reader.read(100))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(answer, path)
+    try:
+        stream = await AsyncioBackend().connect_unix_socket(path, timeout=5)
+        await stream.write(b"ping")
+        assert await asyncio.wait_for(stream.read(100), 5) == b"ping"
+        await stream.aclose()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.fixture(scope="module")
+def tls_ca():
+    return trustme.CA()
+
+
+@pytest.fixture
+async def tls_server(tls_ca):
+    """The raw HTTP server of the tests above, over TLS for ``localhost``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls_ca.issue_cert("localhost").configure_cert(context)
+    server = _Server()
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=context)
+    server.port = listener.sockets[0].getsockname()[1]
+    yield server
+    listener.close()
+    await listener.wait_closed()
+
+
+async def test_https_through_the_provider_transport(tls_ca, tls_server):
+    client_context = ssl.create_default_context()
+    tls_ca.configure_trust(client_context)
+    async with httpx2.AsyncClient(transport=OneWriteTransport(verify=client_context),
+                                  base_url=f"https://localhost:{tls_server.port}") as client:
+        for n in range(2):  # a fresh connection (handshake), then the kept-alive one
+            response = await client.post("/v1/messages", json={"n": n})
+            assert response.json() == {"got": {"n": n}}
+        assert len(tls_server.first_chunks) == 2  # each request arrived in one piece
+
+
+async def test_https_with_a_certificate_for_another_name_is_refused(tls_ca, tls_server):
+    client_context = ssl.create_default_context()
+    tls_ca.configure_trust(client_context)
+    async with httpx2.AsyncClient(transport=OneWriteTransport(verify=client_context),
+                                  base_url=f"https://127.0.0.1:{tls_server.port}") as client:
+        with pytest.raises(httpx2.ConnectError):
+            await client.post("/v1/messages", json={"n": 1})
+
+
+async def test_https_with_an_untrusted_certificate_is_refused(tls_server):
+    async with httpx2.AsyncClient(transport=OneWriteTransport(verify=ssl.create_default_context()),
+                                  base_url=f"https://localhost:{tls_server.port}") as client:
+        with pytest.raises(httpx2.ConnectError):
+            await client.post("/v1/messages", json={"n": 1})
