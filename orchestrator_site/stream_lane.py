@@ -121,6 +121,30 @@ def _site_headers(secure: bool) -> tuple[tuple[str, str], ...]:
 def _settings_changed(**_: Any) -> None:
     _site_headers.cache_clear()
     _site_allows_lane.cache_clear()
+    _HOSTS.clear()
+
+
+# Raw Host header -> whether Django's ``get_host()`` accepts it (its answer depends on the header
+# and the settings alone; with cold caches the check cost ~50 µs a request at one stream at a time).
+_HOSTS: dict[str, bool] = {}
+MAX_HOSTS = 256
+
+
+def _host_allowed(request: ASGIRequest) -> bool:
+    """Whether ``request.get_host()`` passes, remembered per raw host (at most MAX_HOSTS, then
+    forgotten all at once: a client varying its Host header only costs itself the check)."""
+    raw = request._get_raw_host()
+    allowed = _HOSTS.get(raw)
+    if allowed is None:
+        try:
+            request.get_host()
+            allowed = True
+        except DisallowedHost:
+            allowed = False
+        if len(_HOSTS) >= MAX_HOSTS:
+            _HOSTS.clear()
+        _HOSTS[raw] = allowed
+    return allowed
 
 
 setting_changed.connect(_settings_changed, dispatch_uid="stream-lane-site-headers")
@@ -152,9 +176,7 @@ class StreamLane:
         if more or len(body) > (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or len(body)):
             return await self.app(scope, _replay(body, more, receive), send)  # too large: Django's 413
         request = ASGIRequest(scope, io.BytesIO(body))
-        try:
-            request.get_host()
-        except DisallowedHost:
+        if not _host_allowed(request):
             return await self.app(scope, _replay(body, False, receive), send)  # Django's 400
         async with ThreadSensitiveContext():
             await _serve(self.app, request, route, scope, receive, send)
@@ -194,24 +216,38 @@ def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
 
 async def _serve(handler: ASGIHandler, request: ASGIRequest, route: tuple, scope: Scope, receive: Receive,
                  send: Send) -> None:
+    """The view and its response, in this task (no task of its own: it would start a pass of the
+    event loop later, behind every other ready step of a burst); a second task watches for the
+    client's ``http.disconnect`` and cancels this one when it comes first."""
     view, args, kwargs = route
     set_script_prefix(get_script_prefix(scope))
-    respond = asyncio.ensure_future(_respond(handler, view, request, args, kwargs, scope, send))
+    serving = asyncio.current_task()
+    gone = False
+
+    def hung_up(watch: asyncio.Task) -> None:
+        nonlocal gone
+        if not watch.cancelled():
+            watch.exception()  # (retrieved: a broken receive means the client is gone too)
+            gone = True
+            serving.cancel()  # the client went away: the stream's generator closes (see its dialect)
+
     hangup = asyncio.ensure_future(_disconnected(receive))
+    hangup.add_done_callback(hung_up)
     try:
-        await asyncio.wait({respond, hangup}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        hangup.cancel()
-        if not respond.done():
-            respond.cancel()  # the client went away: the stream's generator closes (see its dialect)
-            try:
-                await respond
-            except asyncio.CancelledError:
-                pass
-    if respond.cancelled():
+        response = await _respond(handler, view, request, args, kwargs, scope, send)
+    except asyncio.CancelledError:
+        if not gone or serving.uncancel():
+            raise  # cancelled from outside (the server shutting down): as Django's handler
         await signals.request_finished.asend(sender=StreamLane)
         return
-    response = respond.result()  # re-raises an unexpected failure, for daphne to log
+    finally:
+        hangup.remove_done_callback(hung_up)
+        hangup.cancel()
+    if gone and not serving.uncancel():  # the client left as the response ended (the view took the cancel)
+        try:
+            await asyncio.sleep(0)  # a cancel still pending lands here, not in the caller
+        except asyncio.CancelledError:
+            pass
     response.close()  # request_finished: nothing of this request ran in a request thread
 
 

@@ -269,7 +269,8 @@ async def test_chat040_tool_calls_are_stored_as_tool_messages(chat, user, agents
 
 async def test_chat060_ping_while_model_is_slow(chat, settings):
     settings.SSE_PING_INTERVAL = 0.05
-    reader = await chat.chat({"input": "/sleep 0.4\nslow", "agentRole": "coder"})
+    # The stream is set up at the first output or after STREAM_OPENING_HOLD (0.25 s): pings from then on.
+    reader = await chat.chat({"input": "/sleep 0.6\nslow", "agentRole": "coder"})
     frames = await reader.rest()
     pings = [f for f in frames if f.data and f.event == "ping"]
     assert len(pings) >= 3

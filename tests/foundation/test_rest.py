@@ -218,3 +218,23 @@ def test_agent_cache_sees_an_admin_edit_and_a_claude_md_edit(settings, agents):
     agent.workspace_path.mkdir(parents=True, exist_ok=True)
     (agent.workspace_path / "CLAUDE.md").write_text("Workspace rule one.")
     assert "Workspace rule one." in agent_for_run(role="coder")[1].system_prompt
+
+
+def test_each_request_gets_its_own_copy_of_a_cached_token_user(django_user_model):
+    """The token cache hands out copies: what one request sets on its user (a permission cache, a
+    related object, the model state) reaches neither the cached user nor another request's copy."""
+    from orchestrator_site.auth import _copy_user
+
+    user = django_user_model.objects.create_user("copied", password="x")
+    user._state.fields_cache["marker"] = "cached"
+    first, second = _copy_user(user), _copy_user(user)
+    assert type(first) is type(user) and first.pk == user.pk and first.username == "copied"
+    assert first == user and first.is_authenticated and first._state.db == user._state.db
+    first._perm_cache = {"app.change_thing"}
+    first._state.fields_cache["marker"] = "changed"
+    first._state.adding = True
+    first.username = "renamed"
+    assert not hasattr(user, "_perm_cache") and not hasattr(second, "_perm_cache")
+    assert user._state.fields_cache["marker"] == second._state.fields_cache["marker"] == "cached"
+    assert user._state.adding is False and second._state.adding is False
+    assert user.username == second.username == "copied"

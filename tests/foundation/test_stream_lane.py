@@ -197,3 +197,23 @@ async def test_options_describes_the_view_and_other_methods_get_405(apps, token,
 async def test_options_without_credentials_is_401(apps, agents):
     (status, _, content), _ = await _both(apps, "OPTIONS", "/v1/agent/chat", headers={"Authorization": "Token nope"})
     assert status == 401 and json.loads(content)["code"] in ("authentication_failed", "not_authenticated")
+
+
+async def test_the_lanes_host_check_is_djangos_remembered_and_follows_a_settings_change(apps, token, agents, settings):
+    lane, _, served = apps
+    stream_lane._HOSTS.clear()
+    for _ in range(2):  # refused, then refused again from what was remembered
+        status, _, _ = await _call(lane, "POST", "/v1/agent/chat", body=CHAT, headers=_json_headers(token),
+                                   host="late.example")
+        assert status == 400 and served == []
+    assert stream_lane._HOSTS == {"late.example": False}
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "late.example"]  # forgets what it remembered
+    status, _, _ = await _call(lane, "POST", "/v1/agent/chat", body=CHAT, headers=_json_headers(token),
+                               host="late.example")
+    assert status == 200 and served == ["/v1/agent/chat"]
+    stream_lane._HOSTS.clear()
+    for n in range(stream_lane.MAX_HOSTS + 3):  # a client varying its Host header fills nothing past the bound
+        request = type("R", (), {"_get_raw_host": lambda self, n=n: f"h{n}.example",
+                                 "get_host": lambda self: (_ for _ in ()).throw(stream_lane.DisallowedHost())})()
+        assert stream_lane._host_allowed(request) is False
+    assert len(stream_lane._HOSTS) <= stream_lane.MAX_HOSTS
