@@ -7,12 +7,14 @@ frames, another request's start — so the body reached the provider up to 2 ms 
 every first token came that much later (traced with ``bench/round_timeline.py``: 2.1 ms from the
 head to the body against the bare relay's 0.6 ms at one stream).
 
-:class:`CoalescingStream` holds the writes of a request and sends them as one when the connection
-next reads (httpcore reads the response right after the last body chunk) or once 64 KiB are
-held (a large upload is still sent as it is produced). A write error while sending is handled
-as httpcore handles it during a request: the response is read anyway, since a server may answer
-(e.g. 413) and close before the whole request arrived. Only HTTP/1.1: HTTP/2 multiplexes reads
-and writes, so :class:`OneWriteTransport` keeps ``http2`` off.
+:class:`AsyncioBackend` below does not yield on a write, but a request in parts would still
+leave as two sends and two TCP segments. :class:`CoalescingStream` holds the writes of a request
+and sends them as one when the connection next reads (httpcore reads the response right after
+the last body chunk) or once 64 KiB are held (a large upload is still sent as it is produced). A
+write error while sending is handled as httpcore handles it during a request: the response is
+read anyway, since a server may answer (e.g. 413) and close before the whole request arrived.
+Only HTTP/1.1: HTTP/2 multiplexes reads and writes, so :class:`OneWriteTransport` keeps
+``http2`` off.
 
 :class:`AsyncioBackend` connects with asyncio itself (a protocol that keeps reading into a
 buffer) rather than through anyio. anyio's stream pauses reading after every receive and resumes
