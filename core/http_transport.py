@@ -129,6 +129,18 @@ async def _wait(protocol: _Reading, attribute: str, timeout: float | None) -> No
             timer.cancel()
 
 
+async def _connected(connecting: Any, timeout: float | None, where: str) -> "AsyncioStream":
+    """The stream of a connection being made (``loop.create_*connection``), with httpcore's errors."""
+    try:
+        async with asyncio.timeout(timeout):
+            transport, protocol = await connecting
+    except TimeoutError:
+        raise httpcore2.ConnectTimeout(f"timed out connecting to {where}") from None
+    except OSError as exc:
+        raise httpcore2.ConnectError(str(exc)) from exc
+    return AsyncioStream(transport, protocol)
+
+
 class AsyncioStream(httpcore2.AsyncNetworkStream):
     """httpcore's network stream on an asyncio transport (see the module docstring)."""
 
@@ -208,32 +220,18 @@ class AsyncioBackend(httpcore2.AsyncNetworkBackend):
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                # As anyio connects: both address families tried, the second 250 ms after the first.
-                transport, protocol = await loop.create_connection(
-                    _Reading, host, port, local_addr=(local_address, 0) if local_address else None,
-                    happy_eyeballs_delay=0.25)
-        except TimeoutError:
-            raise httpcore2.ConnectTimeout(f"timed out connecting to {host}:{port}") from None
-        except OSError as exc:
-            raise httpcore2.ConnectError(str(exc)) from exc
-        sock = transport.get_extra_info("socket")
+        # As anyio connects: both address families tried, the second 250 ms after the first.
+        stream = await _connected(loop.create_connection(
+            _Reading, host, port, local_addr=(local_address, 0) if local_address else None,
+            happy_eyeballs_delay=0.25), timeout, f"{host}:{port}")
+        sock = stream.get_extra_info("socket")
         for option in socket_options or ():
             sock.setsockopt(*option)
-        return AsyncioStream(transport, protocol)
+        return stream
 
     async def connect_unix_socket(self, path: str, timeout: float | None = None,
                                   socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, protocol = await loop.create_unix_connection(_Reading, path)
-        except TimeoutError:
-            raise httpcore2.ConnectTimeout(f"timed out connecting to {path}") from None
-        except OSError as exc:
-            raise httpcore2.ConnectError(str(exc)) from exc
-        return AsyncioStream(transport, protocol)
+        return await _connected(asyncio.get_running_loop().create_unix_connection(_Reading, path), timeout, path)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -243,11 +243,8 @@ async def _serve(handler: ASGIHandler, request: ASGIRequest, route: tuple, scope
     finally:
         hangup.remove_done_callback(hung_up)
         hangup.cancel()
-    if gone and not serving.uncancel():  # the client left as the response ended (the view took the cancel)
-        try:
-            await asyncio.sleep(0)  # a cancel still pending lands here, not in the caller
-        except asyncio.CancelledError:
-            pass
+    if gone:  # the client left as the response ended and the view took the cancel: it is spent
+        serving.uncancel()
     response.close()  # request_finished: nothing of this request ran in a request thread
 
 
